@@ -1,0 +1,217 @@
+// ckptctl: the operator's tool. Offline commands (ls, inspect, verify) read checkpoint
+// files directly through the bundle format library and work on any TensorFlow V2
+// checkpoint; online commands (status) talk to a running daemon. Exit codes: 0 ok,
+// 1 verification found a problem, 2 usage or I/O error.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckptd/client.h"
+#include "daemon/base/dtype.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/coord/checkpoint_store.h"
+
+namespace {
+
+using ckptd::BundleReader;
+
+int Error(const absl::Status& status) {
+  std::cerr << "ckptctl: " << status.message() << std::endl;
+  return 2;
+}
+
+// Accepts a bundle prefix, a step directory (holding ckpt.index) or a run directory
+// (holding TF's `checkpoint` state file, which names the newest prefix).
+absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::string& arg) {
+  if (fs->Exists(ckptd::IndexPath(arg))) return arg;
+  if (fs->IsDirectory(arg)) {
+    const std::string in_dir = ckptd::CheckpointStore::Prefix(arg);
+    if (fs->Exists(ckptd::IndexPath(in_dir))) return in_dir;
+    const std::string state_path = ckptd::JoinPath(arg, "checkpoint");
+    if (fs->Exists(state_path)) {
+      auto text = fs->ReadFileToString(state_path, 1 << 20);
+      if (!text.ok()) return text.status();
+      auto state = ckptd::ParseCheckpointState(*text);
+      if (!state.ok()) return state.status();
+      const std::string& p = state->model_checkpoint_path;
+      return p.empty() || p[0] == '/' ? p : ckptd::JoinPath(arg, p);
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(arg, ": no checkpoint here (want PREFIX with PREFIX.index, a step "
+                                          "directory, or a directory with a `checkpoint` file)"));
+}
+
+std::string ShapeString(const ckptd::Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int Ls(const std::string& dir, bool json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string run = trimmed.substr(trimmed.rfind('/') + 1);
+  ckptd::CheckpointStore store(fs, ckptd::DirName(trimmed));
+  if (!fs->IsDirectory(trimmed)) return Error(absl::NotFoundError(absl::StrCat(dir, " is not a directory")));
+  auto steps = store.ListSteps(run);
+  if (!steps.ok()) return Error(steps.status());
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t step : *steps) {
+    const std::string path = store.StepDir(run, step);
+    int64_t bytes = 0;
+    if (auto names = fs->ListDir(path); names.ok()) {
+      for (const auto& n : *names) bytes += fs->FileSize(ckptd::JoinPath(path, n)).value_or(0);
+    }
+    if (json) {
+      out.push_back({{"step", step}, {"path", path}, {"bytes", bytes}});
+    } else {
+      std::printf("%10lld  %12lld  %s\n", static_cast<long long>(step), static_cast<long long>(bytes), path.c_str());
+    }
+  }
+  if (json) std::cout << out.dump(1) << std::endl;
+  return 0;
+}
+
+int Inspect(const std::string& arg, bool json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  auto prefix = ResolvePrefix(fs, arg);
+  if (!prefix.ok()) return Error(prefix.status());
+  auto reader = BundleReader::Open(fs, *prefix);
+  if (!reader.ok()) return Error(reader.status());
+  nlohmann::json entries = nlohmann::json::array();
+  if (!json) std::printf("%s: %d shard(s)\n", prefix->c_str(), (*reader)->header().num_shards());
+  for (const std::string& name : (*reader)->TensorNames()) {
+    auto info = (*reader)->Lookup(name);
+    if (!info.ok()) return Error(info.status());
+    const ckptd::tf::BundleEntryProto& e = *(*reader)->Find(name);
+    nlohmann::json j = {{"key", name},          {"dtype", ckptd::DataTypeName(info->dtype)},
+                        {"shape", info->shape}, {"shard", e.shard_id()},
+                        {"offset", e.offset()}, {"size", e.size()}};
+    if (e.slices_size() > 0) {
+      nlohmann::json slices = nlohmann::json::array();
+      for (const ckptd::SavedPiece& p : info->pieces) {
+        slices.push_back({{"slice", p.box.ToSliceString(info->shape)},
+                          {"shard", p.entry.shard_id()},
+                          {"offset", p.entry.offset()},
+                          {"size", p.entry.size()}});
+      }
+      j["slices"] = slices;
+    }
+    if (json) {
+      entries.push_back(j);
+      continue;
+    }
+    int64_t bytes = 0;
+    for (const ckptd::SavedPiece& p : info->pieces) bytes += p.entry.size();
+    std::printf("  %-60s %-9s %-20s %12lld bytes", name.c_str(), ckptd::DataTypeName(info->dtype).c_str(),
+                ShapeString(info->shape).c_str(), static_cast<long long>(bytes));
+    if (e.slices_size() == 0) {
+      std::printf("  shard %d\n", e.shard_id());
+    } else {
+      std::printf("  %zu slices\n", info->pieces.size());
+      for (const ckptd::SavedPiece& p : info->pieces) {
+        std::printf("      slice %-28s shard %d offset %lld size %lld\n", p.box.ToSliceString(info->shape).c_str(),
+                    p.entry.shard_id(), static_cast<long long>(p.entry.offset()),
+                    static_cast<long long>(p.entry.size()));
+      }
+    }
+  }
+  if (json) {
+    nlohmann::json out = {{"num_shards", (*reader)->header().num_shards()}, {"entries", entries}};
+    std::cout << out.dump(1) << std::endl;
+  }
+  return 0;
+}
+
+int Verify(const std::string& arg) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  auto prefix = ResolvePrefix(fs, arg);
+  if (!prefix.ok()) return Error(prefix.status());
+  auto reader = BundleReader::Open(fs, *prefix);
+  if (!reader.ok()) {
+    std::cerr << "ckptctl verify: " << reader.status().message() << std::endl;
+    return 1;
+  }
+  int problems = 0;
+  int checked = 0;
+  int64_t bytes = 0;
+  std::string buffer;
+  for (const auto& [key, entry] : (*reader)->entries()) {
+    if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
+    absl::Status s = (*reader)->CheckEntryRange(key, entry);
+    if (s.ok()) {
+      buffer.resize(static_cast<size_t>(entry.size()));
+      s = (*reader)->ReadEntry(key, entry, buffer.data());
+    }
+    ++checked;
+    if (!s.ok()) {
+      ++problems;
+      std::cerr << "FAIL " << s.message() << std::endl;
+    } else {
+      bytes += entry.size();
+    }
+  }
+  for (const std::string& name : (*reader)->TensorNames()) {
+    if (auto info = (*reader)->Lookup(name); !info.ok()) {
+      ++problems;
+      std::cerr << "FAIL " << info.status().message() << std::endl;
+    }
+  }
+  std::printf("%s: %d entries checked, %lld bytes, %d problem(s)\n", prefix->c_str(), checked,
+              static_cast<long long>(bytes), problems);
+  return problems == 0 ? 0 : 1;
+}
+
+int Status(const std::string& address, bool json) {
+  auto client = ckptd::Client::Connect(address, absl::Seconds(5));
+  if (!client.ok()) return Error(client.status());
+  auto status = (*client)->Status();
+  if (!status.ok()) return Error(status.status());
+  nlohmann::json pending = nlohmann::json::array();
+  for (const auto& p : status->pending_steps()) pending.push_back({{"run", p.run()}, {"step", p.step()}});
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : status->runs()) runs.push_back({{"run", r.run()}, {"last_committed_step", r.last_committed_step()}});
+  nlohmann::json out = {{"rank", status->rank()},
+                        {"num_ranks", status->num_ranks()},
+                        {"version", status->version()},
+                        {"root", status->root()},
+                        {"pending_steps", pending},
+                        {"runs", runs},
+                        {"bytes_staged", status->bytes_staged()},
+                        {"bytes_written", status->bytes_written()}};
+  std::cout << (json ? out.dump(1) : out.dump(2)) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckptctl: list, inspect and verify ckptd (and any TensorFlow V2) checkpoints"};
+  app.require_subcommand(1);
+  bool json = false;
+  std::string target, address;
+
+  CLI::App* ls = app.add_subcommand("ls", "list the committed steps of a run directory");
+  ls->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  ls->add_flag("--json", json, "print JSON");
+
+  CLI::App* inspect = app.add_subcommand("inspect", "show every tensor: dtype, shape, slices, bytes, shard");
+  inspect->add_option("PREFIX", target, "checkpoint prefix, step directory or run directory")->required();
+  inspect->add_flag("--json", json, "print one JSON object");
+
+  CLI::App* verify = app.add_subcommand("verify", "check every checksum; exit 1 naming any mismatch");
+  verify->add_option("PREFIX", target, "checkpoint prefix, step directory or run directory")->required();
+
+  CLI::App* status = app.add_subcommand("status", "ask a running daemon for its state");
+  status->add_option("--address", address, "daemon socket (default $CKPTD_ADDRESS)");
+  status->add_flag("--json", json, "print compact JSON");
+
+  CLI11_PARSE(app, argc, argv);
+  if (ls->parsed()) return Ls(target, json);
+  if (inspect->parsed()) return Inspect(target, json);
+  if (verify->parsed()) return Verify(target);
+  if (status->parsed()) return Status(address, json);
+  return 2;
+}

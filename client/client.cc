@@ -1,0 +1,203 @@
+#include "ckptd/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ckptd {
+namespace {
+
+constexpr size_t kChunkBytes = 4 << 20;
+constexpr int kMaxMessageBytes = 16 << 20;
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+void SetBox(v1::Box* box, const std::vector<int64_t>& start, const std::vector<int64_t>& length) {
+  box->mutable_start()->Add(start.begin(), start.end());
+  box->mutable_length()->Add(length.begin(), length.end());
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)), stub_(v1::Ckptd::NewStub(channel_)) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, absl::Duration timeout) {
+  std::string target = address;
+  if (target.empty()) {
+    const char* env = std::getenv("CKPTD_ADDRESS");
+    if (env == nullptr || *env == '\0') {
+      return absl::InvalidArgumentError("no daemon address: pass one or set CKPTD_ADDRESS");
+    }
+    target = env;
+  }
+  if (!absl::StartsWith(target, "unix:") && absl::StartsWith(target, "/")) target = "unix:" + target;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineIn(timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to ckptd at ", target, " within ",
+                                               absl::FormatDuration(timeout)));
+  }
+  return std::unique_ptr<Client>(new Client(std::move(channel)));
+}
+
+absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
+                                        const std::vector<TensorShard>& shards, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::SaveResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer(stub_->Save(&ctx, &response));
+  v1::SaveRequest message;
+  v1::SaveHeader* header = message.mutable_header();
+  header->set_run(run);
+  header->set_step(step);
+  header->set_trainer_id(trainer_id);
+  header->set_trainer_count(trainer_count);
+  for (const TensorShard& s : shards) {
+    v1::TensorDescriptor* d = header->add_tensors();
+    d->set_name(s.name);
+    d->set_dtype(s.dtype);
+    d->mutable_shape()->Add(s.shape.begin(), s.shape.end());
+    if (!s.box_start.empty() || !s.box_length.empty()) SetBox(d->mutable_box(), s.box_start, s.box_length);
+  }
+  bool open = writer->Write(message);
+  // Pack consecutive shards into chunks of up to 4 MiB.
+  std::string chunk;
+  for (size_t i = 0; open && i < shards.size(); ++i) {
+    const char* p = static_cast<const char*>(shards[i].data);
+    size_t left = shards[i].size;
+    while (open && left > 0) {
+      const size_t n = std::min(left, kChunkBytes - chunk.size());
+      chunk.append(p, n);
+      p += n;
+      left -= n;
+      if (chunk.size() == kChunkBytes) {
+        v1::SaveRequest data;
+        data.set_data(std::move(chunk));
+        chunk.clear();
+        open = writer->Write(data);
+      }
+    }
+  }
+  if (open && !chunk.empty()) {
+    v1::SaveRequest data;
+    data.set_data(std::move(chunk));
+    writer->Write(data);
+  }
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return SaveResult{response.bytes_staged(), response.staging_seconds()};
+}
+
+absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::StepRef request;
+  request.set_run(run);
+  request.set_step(step);
+  v1::WaitResponse response;
+  return FromGrpcStatus(stub_->Wait(&ctx, request, &response));
+}
+
+absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<int64_t> step,
+                                        const std::vector<RestoreTarget>& targets, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::RestoreRequest request;
+  request.set_run(run);
+  if (step.has_value()) {
+    request.set_step(*step);
+  } else {
+    request.set_latest(true);
+  }
+  for (const RestoreTarget& t : targets) {
+    v1::TensorRequest* r = request.add_tensors();
+    r->set_name(t.name);
+    r->set_dtype(t.dtype);
+    r->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+    if (!t.box_start.empty() || !t.box_length.empty()) SetBox(r->mutable_box(), t.box_start, t.box_length);
+  }
+  std::unique_ptr<grpc::ClientReader<v1::RestoreResponse>> reader(stub_->Restore(&ctx, request));
+  v1::RestoreResponse message;
+  int64_t restored_step = -1;
+  std::vector<size_t> received(targets.size(), 0);
+  absl::Status problem;
+  while (reader->Read(&message)) {
+    if (message.has_header()) {
+      restored_step = message.header().step();
+      continue;
+    }
+    const v1::RestoreChunk& chunk = message.chunk();
+    const size_t index = static_cast<size_t>(chunk.tensor_index());
+    if (!problem.ok()) continue;
+    if (index >= targets.size() || chunk.offset() < 0 ||
+        static_cast<size_t>(chunk.offset()) + chunk.data().size() > targets[index].size) {
+      problem = absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", index < targets.size() ? targets[index].name : "?",
+          "': the daemon sent more bytes than the target buffer holds"));
+      ctx.TryCancel();
+      continue;
+    }
+    std::memcpy(static_cast<char*>(targets[index].data) + chunk.offset(), chunk.data().data(), chunk.data().size());
+    received[index] += chunk.data().size();
+  }
+  grpc::Status status = reader->Finish();
+  if (!problem.ok()) return problem;
+  if (!status.ok()) return FromGrpcStatus(status);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (received[i] != targets[i].size) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the box holds ", received[i],
+                                                     " bytes but the target buffer is ", targets[i].size));
+    }
+  }
+  return restored_step;
+}
+
+absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::BarrierRequest request;
+  request.set_run(run);
+  request.set_trainer_id(trainer_id);
+  request.set_trainer_count(trainer_count);
+  request.set_barrier_id(barrier_sequence_[run]++);
+  v1::BarrierResponse response;
+  return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
+}
+
+absl::StatusOr<v1::StatusResponse> Client::Status(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::StatusResponse response;
+  grpc::Status status = stub_->Status(&ctx, v1::StatusRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& run, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::ListCheckpointsRequest request;
+  request.set_run(run);
+  v1::ListCheckpointsResponse response;
+  grpc::Status status = stub_->ListCheckpoints(&ctx, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+}  // namespace ckptd

@@ -1,0 +1,39 @@
+// The daemon's configuration: parsed from YAML text (see config/ckptd.yaml for every
+// key, documented), then overridden by flags in main. Plain value type; parse is pure.
+#ifndef CKPTD_DAEMON_BASE_CONFIG_H_
+#define CKPTD_DAEMON_BASE_CONFIG_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ckptd {
+
+struct DaemonConfig {
+  // Unix socket path; "{rank}" becomes the daemon's MPI rank, "{uid}" its user id.
+  std::string socket_path = "/tmp/ckptd-{uid}/ckptd-{rank}.sock";
+  // Checkpoints go to <root>/<run>/step-NNNNNNNN/.
+  std::string root = "/tmp/ckptd-checkpoints";
+  // Every collective of a commit must finish within this, else the step fails.
+  absl::Duration commit_timeout = absl::Seconds(60);
+  // spdlog level name: trace, debug, info, warn, error.
+  std::string log_level = "info";
+  // Largest index file the reader accepts; guards against garbage sizes.
+  int64_t max_index_bytes = int64_t{1} << 30;
+};
+
+// Parses YAML text. Unknown keys and malformed values are INVALID_ARGUMENT naming
+// the key, so a typo never silently falls back to a default.
+absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
+
+// "90s", "500ms", "2m", "1h" or a bare number of seconds.
+absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
+
+// Substitutes {rank} and {uid} in a socket path pattern.
+std::string ExpandSocketPath(absl::string_view pattern, int rank, unsigned uid);
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_BASE_CONFIG_H_

@@ -1,0 +1,355 @@
+#include "daemon/bundle/bundle.h"
+
+#include <leveldb/comparator.h>
+#include <leveldb/env.h>
+#include <leveldb/iterator.h>
+#include <leveldb/options.h>
+#include <leveldb/table.h>
+#include <leveldb/table_builder.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
+#include "daemon/bundle/crc32c.h"
+#include "daemon/bundle/ordered_code.h"
+
+namespace ckptd {
+namespace {
+
+constexpr int kTensorBundleVersion = 1;
+constexpr int kMaxShards = 1 << 20;
+
+// The index is built and parsed in memory so that its bytes move through FileSystem.
+class StringSink : public leveldb::WritableFile {
+ public:
+  explicit StringSink(std::string* out) : out_(out) {}
+  leveldb::Status Append(const leveldb::Slice& data) override {
+    out_->append(data.data(), data.size());
+    return leveldb::Status::OK();
+  }
+  leveldb::Status Close() override { return leveldb::Status::OK(); }
+  leveldb::Status Flush() override { return leveldb::Status::OK(); }
+  leveldb::Status Sync() override { return leveldb::Status::OK(); }
+
+ private:
+  std::string* out_;
+};
+
+class StringSource : public leveldb::RandomAccessFile {
+ public:
+  explicit StringSource(const std::string* data) : data_(data) {}
+  leveldb::Status Read(uint64_t offset, size_t n, leveldb::Slice* result,
+                       char* scratch) const override {
+    if (offset > data_->size()) return leveldb::Status::Corruption("read past end of index");
+    n = std::min<uint64_t>(n, data_->size() - offset);
+    *result = leveldb::Slice(data_->data() + offset, n);
+    return leveldb::Status::OK();
+  }
+
+ private:
+  const std::string* data_;
+};
+
+bool IsSliceKey(const std::string& key) { return !key.empty() && key[0] == '\0'; }
+
+}  // namespace
+
+std::string IndexPath(const std::string& prefix) { return prefix + ".index"; }
+
+std::string DataPath(const std::string& prefix, int shard, int num_shards) {
+  char suffix[64];
+  std::snprintf(suffix, sizeof(suffix), ".data-%05d-of-%05d", shard, num_shards);
+  return prefix + suffix;
+}
+
+tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape) {
+  tf::TensorSliceProto proto;
+  for (size_t d = 0; d < box.rank(); ++d) {
+    tf::TensorSliceProto::Extent* e = proto.add_extent();
+    if (!(box.start[d] == 0 && d < shape.size() && box.length[d] == shape[d])) {
+      e->set_start(box.start[d]);
+      e->set_length(box.length[d]);
+    }
+  }
+  return proto;
+}
+
+Box SliceProtoToBox(const tf::TensorSliceProto& slice, const Shape& shape) {
+  Box box;
+  for (int d = 0; d < slice.extent_size(); ++d) {
+    const auto& e = slice.extent(d);
+    const int64_t dim = d < static_cast<int>(shape.size()) ? shape[d] : 0;
+    if (e.has_length_case() == tf::TensorSliceProto::Extent::kLength) {
+      box.start.push_back(e.start());
+      box.length.push_back(e.length());
+    } else {
+      box.start.push_back(0);
+      box.length.push_back(dim);
+    }
+  }
+  return box;
+}
+
+Shape ShapeFromProto(const tf::TensorShapeProto& proto) {
+  Shape shape;
+  for (const auto& dim : proto.dim()) shape.push_back(dim.size());
+  return shape;
+}
+
+tf::TensorShapeProto ShapeToProto(const Shape& shape) {
+  tf::TensorShapeProto proto;
+  for (int64_t d : shape) proto.add_dim()->set_size(d);
+  return proto;
+}
+
+absl::Status IndexBuilder::Add(std::string key, tf::BundleEntryProto entry) {
+  if (key.empty()) return absl::InvalidArgumentError("the empty key is reserved for the header");
+  auto [it, inserted] = entries_.emplace(std::move(key), std::move(entry));
+  if (!inserted) return absl::AlreadyExistsError(absl::StrCat("duplicate index key '", it->first, "'"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> IndexBuilder::Finish() {
+  std::string out;
+  StringSink sink(&out);
+  leveldb::Options options;
+  options.block_size = 256 * 1024;
+  options.block_restart_interval = 16;
+  options.compression = leveldb::kNoCompression;
+  leveldb::TableBuilder builder(options, &sink);
+
+  tf::BundleHeaderProto header;
+  header.set_num_shards(num_shards_);
+  header.set_endianness(tf::BundleHeaderProto::LITTLE);
+  header.mutable_version()->set_producer(kTensorBundleVersion);
+  builder.Add("", header.SerializeAsString());
+  for (const auto& [key, entry] : entries_) builder.Add(key, entry.SerializeAsString());
+  leveldb::Status s = builder.Finish();
+  if (!s.ok()) return absl::InternalError(absl::StrCat("building index: ", s.ToString()));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs,
+                                                                 const std::string& prefix,
+                                                                 uint64_t max_index_bytes) {
+  const std::string index_path = IndexPath(prefix);
+  ASSIGN_OR_RETURN(std::string bytes, fs->ReadFileToString(index_path, max_index_bytes));
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(index_path, ": ", why));
+  };
+
+  StringSource source(&bytes);
+  leveldb::Options options;
+  leveldb::Table* raw_table = nullptr;
+  leveldb::Status s = leveldb::Table::Open(options, &source, bytes.size(), &raw_table);
+  if (!s.ok()) return corrupt(absl::StrCat("not a valid index table (", s.ToString(), ")"));
+  std::unique_ptr<leveldb::Table> table(raw_table);
+
+  std::unique_ptr<BundleReader> reader(new BundleReader(fs, prefix));
+  leveldb::ReadOptions read_options;
+  read_options.verify_checksums = true;
+  std::unique_ptr<leveldb::Iterator> it(table->NewIterator(read_options));
+  it->SeekToFirst();
+  if (!it->Valid() || !it->key().empty()) {
+    if (!it->status().ok()) return corrupt(it->status().ToString());
+    return corrupt("no header entry");
+  }
+  if (!reader->header_.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+    return corrupt("header does not parse");
+  }
+  const int num_shards = reader->header_.num_shards();
+  if (num_shards < 1 || num_shards > kMaxShards) {
+    return corrupt(absl::StrCat("header declares ", num_shards, " shards"));
+  }
+  if (reader->header_.endianness() != tf::BundleHeaderProto::LITTLE) {
+    return absl::UnimplementedError(absl::StrCat(index_path, ": big-endian bundles are not supported"));
+  }
+  for (it->Next(); it->Valid(); it->Next()) {
+    std::string key = it->key().ToString();
+    tf::BundleEntryProto entry;
+    if (!entry.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return corrupt(absl::StrCat("entry '", key, "' does not parse"));
+    }
+    Shape shape = ShapeFromProto(entry.shape());
+    int64_t elements = 0;
+    if (absl::Status st = CheckShape(shape, &elements); !st.ok()) {
+      return corrupt(absl::StrCat("entry '", key, "': ", st.message()));
+    }
+    if (entry.slices_size() == 0) {
+      if (entry.shard_id() < 0 || entry.shard_id() >= num_shards) {
+        return corrupt(absl::StrCat("entry '", key, "' names shard ", entry.shard_id(), " of ", num_shards));
+      }
+      if (entry.offset() < 0 || entry.size() < 0) {
+        return corrupt(absl::StrCat("entry '", key, "' has a negative offset or size"));
+      }
+      const size_t element_size = DataTypeSize(entry.dtype());
+      if (element_size != 0 &&
+          (elements > INT64_MAX / static_cast<int64_t>(element_size) ||
+           entry.size() != elements * static_cast<int64_t>(element_size))) {
+        return corrupt(absl::StrCat("entry '", key, "' declares ", entry.size(),
+                                    " bytes but its shape and dtype need ", elements, " x ", element_size));
+      }
+    }
+    reader->by_key_[key] = reader->entries_.size();
+    reader->entries_.emplace_back(std::move(key), std::move(entry));
+  }
+  if (!it->status().ok()) return corrupt(it->status().ToString());
+  return reader;
+}
+
+std::vector<std::string> BundleReader::TensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& [key, entry] : entries_) {
+    if (!IsSliceKey(key)) names.push_back(key);
+  }
+  return names;
+}
+
+const tf::BundleEntryProto* BundleReader::Find(const std::string& key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : &entries_[it->second].second;
+}
+
+absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
+  const tf::BundleEntryProto* entry = Find(name);
+  if (entry == nullptr || IsSliceKey(name)) {
+    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is not in ", IndexPath(prefix_)));
+  }
+  TensorInfo info;
+  info.name = name;
+  info.dtype = entry->dtype();
+  info.shape = ShapeFromProto(entry->shape());
+  if (entry->slices_size() == 0) {
+    info.pieces.push_back({Box::Full(info.shape), name, *entry});
+    return info;
+  }
+  for (const tf::TensorSliceProto& slice : entry->slices()) {
+    Box box = SliceProtoToBox(slice, info.shape);
+    if (absl::Status st = CheckBoxInShape(box, info.shape); !st.ok()) {
+      return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": tensor '", name, "' lists slice ",
+                                              st.message()));
+    }
+    std::string key = ordered_code::EncodeTensorNameSlice(name, box, info.shape);
+    const tf::BundleEntryProto* piece = Find(key);
+    if (piece == nullptr) {
+      return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": tensor '", name, "' lists slice ",
+                                              box.ToSliceString(info.shape), " but has no entry for it"));
+    }
+    if (piece->dtype() != info.dtype || ShapeFromProto(piece->shape()) != box.length) {
+      return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": slice ", box.ToSliceString(info.shape),
+                                              " of tensor '", name, "' disagrees with its tensor"));
+    }
+    info.pieces.push_back({std::move(box), std::move(key), *piece});
+  }
+  return info;
+}
+
+absl::StatusOr<RandomAccessFile*> BundleReader::DataFileHandle(int shard) {
+  auto it = data_files_.find(shard);
+  if (it != data_files_.end()) return it->second.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
+                   fs_->NewRandomAccessFile(DataFile(shard)));
+  RandomAccessFile* raw = file.get();
+  data_files_.emplace(shard, std::move(file));
+  return raw;
+}
+
+absl::Status BundleReader::CheckEntryRange(const std::string& key, const tf::BundleEntryProto& entry) {
+  auto file = DataFileHandle(entry.shard_id());
+  if (!file.ok()) {
+    return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
+  }
+  const uint64_t size = (*file)->Size();
+  if (static_cast<uint64_t>(entry.offset()) > size || static_cast<uint64_t>(entry.size()) > size - entry.offset()) {
+    return absl::DataLossError(absl::StrCat("tensor '", key, "': bytes [", entry.offset(), ", +", entry.size(),
+                                            ") lie past the end of ", DataFile(entry.shard_id()), " (", size,
+                                            " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BundleReader::ReadEntry(const std::string& key, const tf::BundleEntryProto& entry,
+                                     char* dst) {
+  const std::string file_name = DataFile(entry.shard_id());
+  RETURN_IF_ERROR(CheckEntryRange(key, entry));
+  auto file = DataFileHandle(entry.shard_id());
+  absl::Status s = (*file)->Read(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()), dst);
+  if (absl::IsOutOfRange(s)) {
+    return absl::DataLossError(absl::StrCat("tensor '", key, "': ", s.message()));
+  }
+  RETURN_IF_ERROR(s);
+  const uint32_t actual = crc32c::Mask(crc32c::Value(dst, static_cast<size_t>(entry.size())));
+  if (actual != entry.crc32c()) {
+    return absl::DataLossError(absl::StrCat("tensor '", key, "': checksum mismatch in ", file_name,
+                                            " at offset ", entry.offset(), " (", entry.size(), " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char* dst) {
+  const size_t element_size = DataTypeSize(info.dtype);
+  if (element_size == 0) {
+    return absl::UnimplementedError(absl::StrCat("tensor '", info.name, "' has dtype ",
+                                                 DataTypeName(info.dtype), ", which restore does not support"));
+  }
+  int64_t covered = 0;
+  std::string buffer;
+  for (const SavedPiece& piece : info.pieces) {
+    // A piece equal to the request is read straight into place.
+    if (piece.box == box) return ReadEntry(piece.key, piece.entry, dst);
+    std::optional<Box> common = Intersect(piece.box, box);
+    if (!common.has_value()) continue;
+    RETURN_IF_ERROR(CheckEntryRange(piece.key, piece.entry));
+    buffer.resize(static_cast<size_t>(piece.entry.size()));
+    RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, buffer.data()));
+    CopyRegion(*common, piece.box, buffer.data(), box, dst, element_size);
+    covered += common->NumElements();
+  }
+  if (covered != box.NumElements()) {
+    return absl::DataLossError(absl::StrCat("tensor '", info.name, "': saved slices cover ", covered,
+                                            " of the ", box.NumElements(), " elements requested"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointState> ParseCheckpointState(const std::string& text) {
+  CheckpointState state;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+    line = absl::StripAsciiWhitespace(line);
+    size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) {
+      return absl::DataLossError(absl::StrCat("checkpoint state: bad line '", line, "'"));
+    }
+    absl::string_view field = absl::StripAsciiWhitespace(line.substr(0, colon));
+    absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    if (value.size() < 2 || value.front() != '"' || value.back() != '"') {
+      if (field == "last_preserved_timestamp" || field == "all_model_checkpoint_timestamps") continue;
+      return absl::DataLossError(absl::StrCat("checkpoint state: value of ", field, " is not a string"));
+    }
+    std::string unquoted(value.substr(1, value.size() - 2));
+    if (field == "model_checkpoint_path") {
+      state.model_checkpoint_path = unquoted;
+    } else if (field == "all_model_checkpoint_paths") {
+      state.all_model_checkpoint_paths.push_back(unquoted);
+    }
+  }
+  if (state.model_checkpoint_path.empty()) {
+    return absl::DataLossError("checkpoint state: no model_checkpoint_path");
+  }
+  return state;
+}
+
+std::string FormatCheckpointState(const CheckpointState& state) {
+  std::string out = absl::StrCat("model_checkpoint_path: \"", state.model_checkpoint_path, "\"\n");
+  for (const std::string& path : state.all_model_checkpoint_paths) {
+    absl::StrAppend(&out, "all_model_checkpoint_paths: \"", path, "\"\n");
+  }
+  return out;
+}
+
+}  // namespace ckptd

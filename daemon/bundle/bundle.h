@@ -1,0 +1,116 @@
+// TensorFlow's V2 checkpoint format (tensor_bundle): PREFIX.index, an SSTable in
+// LevelDB's table format mapping "" to a BundleHeaderProto and every other key to a
+// BundleEntryProto, and PREFIX.data-%05d-of-%05d holding the raw bytes.
+// IndexBuilder and BundleReader do no locking: one thread per object. All file access
+// goes through the FileSystem passed in, which must outlive the reader.
+#ifndef CKPTD_DAEMON_BUNDLE_BUNDLE_H_
+#define CKPTD_DAEMON_BUNDLE_BUNDLE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckptd/v1/tensor_bundle.pb.h"
+#include "daemon/io/file_system.h"
+#include "daemon/layout/box.h"
+
+namespace ckptd {
+
+std::string IndexPath(const std::string& prefix);
+std::string DataPath(const std::string& prefix, int shard, int num_shards);
+
+// Box <-> TF's TensorSliceProto (a dimension covered whole has no length).
+tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape);
+Box SliceProtoToBox(const tf::TensorSliceProto& slice, const Shape& shape);
+Shape ShapeFromProto(const tf::TensorShapeProto& proto);
+tf::TensorShapeProto ShapeToProto(const Shape& shape);
+
+// Collects index entries in any order and serializes them, sorted, as LevelDB writes a
+// table: block size 256 KiB, restart interval 16, no compression.
+class IndexBuilder {
+ public:
+  explicit IndexBuilder(int num_shards) : num_shards_(num_shards) {}
+  // ALREADY_EXISTS on a duplicate key; "" is reserved for the header.
+  absl::Status Add(std::string key, tf::BundleEntryProto entry);
+  absl::StatusOr<std::string> Finish();
+
+ private:
+  int num_shards_;
+  std::map<std::string, tf::BundleEntryProto> entries_;
+};
+
+// One saved piece of a tensor: its box and the entry holding its bytes.
+struct SavedPiece {
+  Box box;
+  std::string key;
+  tf::BundleEntryProto entry;
+};
+
+struct TensorInfo {
+  std::string name;
+  int dtype = 0;
+  Shape shape;
+  std::vector<SavedPiece> pieces;  // one for a plain entry, one per slice otherwise
+};
+
+class BundleReader {
+ public:
+  // Reads and checks the whole index (block checksums, header, every entry's fields).
+  // A missing, truncated or garbled index is DATA_LOSS or NOT_FOUND naming the file.
+  static absl::StatusOr<std::unique_ptr<BundleReader>> Open(FileSystem* fs,
+                                                            const std::string& prefix,
+                                                            uint64_t max_index_bytes = 1ull << 30);
+
+  const tf::BundleHeaderProto& header() const { return header_; }
+  const std::string& prefix() const { return prefix_; }
+  // Every entry but the header, in key order (slice entries included).
+  const std::vector<std::pair<std::string, tf::BundleEntryProto>>& entries() const {
+    return entries_;
+  }
+  // Tensor names: keys that are not slice keys.
+  std::vector<std::string> TensorNames() const;
+  const tf::BundleEntryProto* Find(const std::string& key) const;
+
+  // NOT_FOUND for an unknown name; DATA_LOSS if a listed slice has no entry.
+  absl::StatusOr<TensorInfo> Lookup(const std::string& name) const;
+
+  // DATA_LOSS naming the key and file if the entry's byte range is not inside its
+  // data file (checked before anything is allocated for it).
+  absl::Status CheckEntryRange(const std::string& key, const tf::BundleEntryProto& entry);
+  // Reads one entry's bytes into dst (entry.size() bytes) and checks its crc32c.
+  // DATA_LOSS naming the key and file on a mismatch or a range past the file's end.
+  absl::Status ReadEntry(const std::string& key, const tf::BundleEntryProto& entry, char* dst);
+
+  // Assembles `box` of tensor `info` into dst (box elements x dtype size bytes) from
+  // every saved piece that intersects it; reads nothing else.
+  absl::Status ReadBox(const TensorInfo& info, const Box& box, char* dst);
+
+  std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
+
+ private:
+  BundleReader(FileSystem* fs, std::string prefix) : fs_(fs), prefix_(std::move(prefix)) {}
+  absl::StatusOr<RandomAccessFile*> DataFileHandle(int shard);
+
+  FileSystem* fs_;
+  std::string prefix_;
+  tf::BundleHeaderProto header_;
+  std::vector<std::pair<std::string, tf::BundleEntryProto>> entries_;
+  std::map<std::string, size_t> by_key_;
+  std::map<int, std::unique_ptr<RandomAccessFile>> data_files_;
+};
+
+// TensorFlow's `checkpoint` state file (text proto): model_checkpoint_path and
+// all_model_checkpoint_paths.
+struct CheckpointState {
+  std::string model_checkpoint_path;
+  std::vector<std::string> all_model_checkpoint_paths;
+};
+absl::StatusOr<CheckpointState> ParseCheckpointState(const std::string& text);
+std::string FormatCheckpointState(const CheckpointState& state);
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_BUNDLE_BUNDLE_H_

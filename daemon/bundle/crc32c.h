@@ -1,0 +1,25 @@
+// CRC-32C (Castagnoli) as TensorFlow and LevelDB use it, including their "masked"
+// form stored in files. Uses SSE4.2 when the CPU has it. Pure; thread-safe.
+#ifndef CKPTD_DAEMON_BUNDLE_CRC32C_H_
+#define CKPTD_DAEMON_BUNDLE_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ckptd::crc32c {
+
+// CRC of data[0, n) continuing from `crc` (the CRC of the bytes before them).
+uint32_t Extend(uint32_t crc, const char* data, size_t n);
+inline uint32_t Value(const char* data, size_t n) { return Extend(0, data, n); }
+
+// A CRC stored next to the data it covers is masked, so that CRCs of data containing
+// embedded CRCs stay well distributed.
+inline uint32_t Mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+inline uint32_t Unmask(uint32_t masked) {
+  uint32_t rot = masked - 0xa282ead8u;
+  return (rot >> 17) | (rot << 15);
+}
+
+}  // namespace ckptd::crc32c
+
+#endif  // CKPTD_DAEMON_BUNDLE_CRC32C_H_

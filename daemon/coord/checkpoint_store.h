@@ -1,0 +1,46 @@
+// CheckpointStore: where checkpoints live under the root and what is committed.
+// <root>/<run>/step-NNNNNNNN/ckpt.{index,data-*}, ckptd.json; temp directories are
+// <root>/<run>/.tmp-step-NNNNNNNN and never count as committed. Stateless apart from
+// the root; thread-safe as its FileSystem is.
+#ifndef CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
+#define CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/io/file_system.h"
+
+namespace ckptd {
+
+class CheckpointStore {
+ public:
+  CheckpointStore(FileSystem* fs, std::string root) : fs_(fs), root_(std::move(root)) {}
+
+  FileSystem* fs() const { return fs_; }
+  const std::string& root() const { return root_; }
+  std::string RunDir(const std::string& run) const;
+  std::string StepDir(const std::string& run, int64_t step) const;
+  std::string TempDir(const std::string& run, int64_t step) const;
+  static std::string StepDirName(int64_t step);
+  // The bundle prefix inside a step (or temp) directory.
+  static std::string Prefix(const std::string& step_dir) { return JoinPath(step_dir, "ckpt"); }
+
+  // Committed steps of a run, ascending: step-* directories holding ckpt.index.
+  absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& run) const;
+  absl::StatusOr<std::vector<std::string>> ListRuns() const;
+  // NOT_FOUND when the run has no committed step.
+  absl::StatusOr<int64_t> LatestStep(const std::string& run) const;
+  bool IsCommitted(const std::string& run, int64_t step) const;
+  // Rewrites TF's `checkpoint` state file for the run from what is committed.
+  absl::Status WriteStateFile(const std::string& run) const;
+
+ private:
+  FileSystem* fs_;
+  std::string root_;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_

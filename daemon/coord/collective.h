@@ -1,0 +1,47 @@
+// Collective: the operations the daemons perform together, one rank per host. The MPI
+// implementation is the only code that includes <mpi.h>; tests may substitute others.
+// Not thread-safe: only the coordinator thread (the one that created it) calls it.
+// Every operation takes a deadline; DEADLINE_EXCEEDED leaves the group unusable (an
+// MPI collective cannot be cancelled), so the caller must then Abort the job.
+#ifndef CKPTD_DAEMON_COORD_COLLECTIVE_H_
+#define CKPTD_DAEMON_COORD_COLLECTIVE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ckptd {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Every rank's bytes, indexed by rank.
+  virtual absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine,
+                                                             absl::Time deadline) = 0;
+  // Every rank's bytes on `root`; an empty vector elsewhere.
+  virtual absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root,
+                                                          absl::Time deadline) = 0;
+  // `value` as `root` passed it, on every rank.
+  virtual absl::StatusOr<std::string> Broadcast(const std::string& value, int root,
+                                                absl::Time deadline) = 0;
+  // The minimum of `value` over all ranks.
+  virtual absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) = 0;
+  virtual absl::Status Barrier(absl::Time deadline) = 0;
+  // Ends the whole job; does not return.
+  [[noreturn]] virtual void Abort(int code) = 0;
+};
+
+// Initializes MPI (thread level FUNNELED: the calling thread must make every later
+// call) and returns a Collective over MPI_COMM_WORLD. MPI_Finalize runs when the
+// returned object is destroyed.
+absl::StatusOr<std::unique_ptr<Collective>> CreateMpiCollective(int* argc, char*** argv);
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_COORD_COLLECTIVE_H_

@@ -1,0 +1,60 @@
+// Coordinator: the daemon's single MPI thread. It runs rounds in lockstep with the
+// other ranks: each round all ranks exchange what they have staged (and which barriers
+// trainers wait in); a step every trainer of the job has staged is committed by all
+// ranks together (plan, write, vote, merge, publish). Owns nothing but borrowed
+// pointers, which must outlive Run(). Only the thread that created the Collective
+// may call Run().
+#ifndef CKPTD_DAEMON_COORD_COORDINATOR_H_
+#define CKPTD_DAEMON_COORD_COORDINATOR_H_
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "daemon/coord/collective.h"
+#include "daemon/coord/step_registry.h"
+#include "daemon/plan/save_plan.h"
+
+namespace ckptd {
+
+struct CoordinatorOptions {
+  absl::Duration commit_timeout = absl::Seconds(60);
+  std::string version;
+};
+
+class Coordinator {
+ public:
+  Coordinator(Collective* collective, StepRegistry* registry, CheckpointStore* store,
+              CoordinatorOptions options)
+      : collective_(collective), registry_(registry), store_(store), options_(std::move(options)) {}
+
+  // Runs rounds until every rank has seen a stop request (any rank's `stop` turning
+  // true stops all of them together). Pending steps then fail with UNAVAILABLE and
+  // nothing partial is published. A non-OK return means a collective failed or timed
+  // out: the job must be aborted.
+  absl::Status Run(const std::atomic<bool>& stop);
+
+ private:
+  // Returns true if the round did any work.
+  absl::StatusOr<bool> Round(bool stop_requested, bool* stopping);
+  absl::Status CommitStep(const StepKey& key, int trainer_count);
+  // Agrees on one status: OK if every rank's is OK, else the lowest failing rank's.
+  absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);
+  absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
+                               const std::vector<TrainerPayload>& payloads,
+                               std::string* entries_out, int64_t* bytes_out);
+  absl::Status MergeAndPublish(const StepKey& key, int trainer_count, const SavePlan& plan,
+                               const std::vector<std::string>& gathered, absl::Time started);
+
+  Collective* collective_;
+  StepRegistry* registry_;
+  CheckpointStore* store_;
+  CoordinatorOptions options_;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_COORD_COORDINATOR_H_

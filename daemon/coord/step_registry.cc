@@ -1,0 +1,193 @@
+#include "daemon/coord/step_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ckptd {
+
+absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerPayload payload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto done = outcomes_.find(key);
+  if (done != outcomes_.end()) {
+    if (done->second.ok()) {
+      return absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
+    }
+    // A failed step may be saved again from scratch.
+    outcomes_.erase(done);
+  }
+  PendingStep& step = pending_[key];
+  if (step.committing) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run '", key.run, "' step ", key.step, " is already being committed"));
+  }
+  if (step.payloads.empty()) {
+    step.trainer_count = trainer_count;
+  } else if (step.trainer_count != trainer_count) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_count ", trainer_count, " differs from ",
+                                                   step.trainer_count, " sent by other trainers of step ",
+                                                   key.step));
+  }
+  const int trainer = payload.trainer_id;
+  if (!step.payloads.emplace(trainer, std::move(payload)).second) {
+    return absl::AlreadyExistsError(absl::StrCat("trainer ", trainer, " already staged run '", key.run,
+                                                 "' step ", key.step));
+  }
+  return absl::OkStatus();
+}
+
+void StepRegistry::AddStepWaiter(const StepKey& key, Waiter w) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto done = outcomes_.find(key);
+  if (done != outcomes_.end()) {
+    absl::Status outcome = done->second;
+    lock.unlock();
+    w.done(outcome);
+    return;
+  }
+  pending_[key].waiters.push_back(std::move(w));
+}
+
+void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count,
+                                    Waiter w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PendingBarrier& b = barriers_[{run, barrier_id}];
+  b.trainer_count = trainer_count;
+  b.waiters.push_back(std::move(w));
+}
+
+internal::RoundState StepRegistry::Snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  internal::RoundState state;
+  for (const auto& [key, step] : pending_) {
+    if (step.payloads.empty() || step.committing) continue;
+    internal::StepProgress* p = state.add_steps();
+    p->set_run(key.run);
+    p->set_step(key.step);
+    p->set_trainer_count(step.trainer_count);
+    p->set_staged(static_cast<int>(step.payloads.size()));
+  }
+  for (const auto& [key, b] : barriers_) {
+    internal::BarrierProgress* p = state.add_barriers();
+    p->set_run(key.first);
+    p->set_barrier_id(key.second);
+    p->set_trainer_count(b.trainer_count);
+    p->set_arrived(static_cast<int>(b.waiters.size()));
+  }
+  return state;
+}
+
+std::vector<TrainerPayload> StepRegistry::TakeForCommit(const StepKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PendingStep& step = pending_[key];
+  step.committing = true;
+  std::vector<TrainerPayload> out;
+  for (auto& [trainer, payload] : step.payloads) out.push_back(std::move(payload));
+  step.payloads.clear();
+  return out;
+}
+
+void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome,
+                              int64_t bytes_written) {
+  std::vector<Waiter> waiters;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(key);
+    if (it != pending_.end()) {
+      waiters = std::move(it->second.waiters);
+      pending_.erase(it);
+    }
+    outcomes_[key] = outcome;
+    outcome_order_.push_back(key);
+    while (outcome_order_.size() > kOutcomesKept) {
+      outcomes_.erase(outcome_order_.front());
+      outcome_order_.pop_front();
+    }
+    if (outcome.ok()) {
+      int64_t& last = last_committed_.try_emplace(key.run, -1).first->second;
+      if (key.step > last) last = key.step;
+      bytes_written_ += bytes_written;
+    }
+  }
+  for (Waiter& w : waiters) w.done(outcome);
+}
+
+void StepRegistry::FinishBarrier(const std::string& run, int64_t barrier_id,
+                                 const absl::Status& outcome) {
+  std::vector<Waiter> waiters;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = barriers_.find({run, barrier_id});
+    if (it == barriers_.end()) return;
+    waiters = std::move(it->second.waiters);
+    barriers_.erase(it);
+  }
+  for (Waiter& w : waiters) w.done(outcome);
+}
+
+void StepRegistry::FailEverything(const absl::Status& status) {
+  std::vector<Waiter> waiters;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, step] : pending_) {
+      for (Waiter& w : step.waiters) waiters.push_back(std::move(w));
+    }
+    for (auto& [key, b] : barriers_) {
+      for (Waiter& w : b.waiters) waiters.push_back(std::move(w));
+    }
+    pending_.clear();
+    barriers_.clear();
+  }
+  for (Waiter& w : waiters) w.done(status);
+}
+
+void StepRegistry::DropCancelledWaiters() {
+  std::vector<Waiter> dropped;
+  auto sweep = [&dropped](std::vector<Waiter>& waiters) {
+    for (size_t i = 0; i < waiters.size();) {
+      if (waiters[i].cancelled && waiters[i].cancelled()) {
+        dropped.push_back(std::move(waiters[i]));
+        waiters.erase(waiters.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, step] : pending_) sweep(step.waiters);
+    // A barrier's arrival count is its waiter count: a trainer that gave up on a
+    // barrier no longer counts as arrived.
+    for (auto it = barriers_.begin(); it != barriers_.end();) {
+      sweep(it->second.waiters);
+      it = it->second.waiters.empty() ? barriers_.erase(it) : std::next(it);
+    }
+  }
+  for (Waiter& w : dropped) w.done(absl::CancelledError("caller went away"));
+}
+
+std::vector<StepKey> StepRegistry::PendingSteps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StepKey> keys;
+  for (const auto& [key, step] : pending_) {
+    if (!step.payloads.empty() || step.committing) keys.push_back(key);
+  }
+  return keys;
+}
+
+std::map<std::string, int64_t> StepRegistry::LastCommitted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_committed_;
+}
+
+int64_t StepRegistry::bytes_written() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_written_;
+}
+
+std::optional<absl::Status> StepRegistry::Outcome(const StepKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = outcomes_.find(key);
+  if (it == outcomes_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace ckptd

@@ -1,0 +1,89 @@
+// StepRegistry: the state gRPC handlers and the coordinator share. Handlers stage
+// payloads and register waiters (never blocking); the coordinator snapshots progress
+// for each round, takes staged payloads to commit, and completes waiters.
+// Thread-safe: one mutex; waiter callbacks run without it held, on the caller's thread.
+#ifndef CKPTD_DAEMON_COORD_STEP_REGISTRY_H_
+#define CKPTD_DAEMON_COORD_STEP_REGISTRY_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckptd/internal/coord.pb.h"
+#include "daemon/staging/staging_area.h"
+
+namespace ckptd {
+
+struct StepKey {
+  std::string run;
+  int64_t step = 0;
+  friend bool operator<(const StepKey& a, const StepKey& b) {
+    return std::tie(a.run, a.step) < std::tie(b.run, b.step);
+  }
+  friend bool operator==(const StepKey& a, const StepKey& b) {
+    return a.run == b.run && a.step == b.step;
+  }
+};
+
+struct Waiter {
+  std::function<bool()> cancelled;  // polled; a cancelled waiter is dropped
+  std::function<void(const absl::Status&)> done;
+};
+
+class StepRegistry {
+ public:
+  // Stages one trainer's payload. ALREADY_EXISTS if the trainer already staged this
+  // step or the step is committed; FAILED_PRECONDITION if the step is being committed;
+  // INVALID_ARGUMENT if trainer_count differs from other local trainers of the step.
+  absl::Status Stage(const StepKey& key, int trainer_count, TrainerPayload payload);
+
+  // Calls w.done now if the step's outcome is known, else when it is.
+  void AddStepWaiter(const StepKey& key, Waiter w);
+  void AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count, Waiter w);
+
+  // Coordinator side.
+  internal::RoundState Snapshot();
+  std::vector<TrainerPayload> TakeForCommit(const StepKey& key);
+  void FinishStep(const StepKey& key, const absl::Status& outcome, int64_t bytes_written);
+  void FinishBarrier(const std::string& run, int64_t barrier_id, const absl::Status& outcome);
+  void FailEverything(const absl::Status& status);
+  void DropCancelledWaiters();
+
+  // Status reporting.
+  std::vector<StepKey> PendingSteps();
+  std::map<std::string, int64_t> LastCommitted();
+  int64_t bytes_written();
+  // OK/error if the outcome is remembered; nullopt otherwise.
+  std::optional<absl::Status> Outcome(const StepKey& key);
+
+ private:
+  struct PendingStep {
+    int trainer_count = 0;
+    bool committing = false;
+    std::map<int, TrainerPayload> payloads;
+    std::vector<Waiter> waiters;
+  };
+  struct PendingBarrier {
+    int trainer_count = 0;
+    std::vector<Waiter> waiters;
+  };
+  static constexpr size_t kOutcomesKept = 4096;
+
+  std::mutex mu_;
+  std::map<StepKey, PendingStep> pending_;
+  std::map<std::pair<std::string, int64_t>, PendingBarrier> barriers_;
+  std::map<StepKey, absl::Status> outcomes_;
+  std::deque<StepKey> outcome_order_;
+  std::map<std::string, int64_t> last_committed_;
+  int64_t bytes_written_ = 0;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_COORD_STEP_REGISTRY_H_

@@ -1,0 +1,80 @@
+// FileSystem: the one door through which ckptd touches files. The daemon uses the
+// POSIX implementation; tests substitute implementations that inject faults.
+// Implementations must be thread-safe; a file object is used by one thread at a time.
+#ifndef CKPTD_DAEMON_IO_FILE_SYSTEM_H_
+#define CKPTD_DAEMON_IO_FILE_SYSTEM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ckptd {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual absl::Status Append(absl::string_view data) = 0;
+  // Makes everything appended so far durable. After a failed Sync the file's state
+  // is unknown: callers abandon the file rather than retry.
+  virtual absl::Status Sync() = 0;
+  virtual absl::Status Close() = 0;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads exactly n bytes at offset into dst; reading past the end is OUT_OF_RANGE.
+  virtual absl::Status Read(uint64_t offset, size_t n, char* dst) const = 0;
+  virtual uint64_t Size() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+
+  // Creates or truncates `path` for writing.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) = 0;
+
+  // ALREADY_EXISTS if it exists (as anything).
+  virtual absl::Status CreateDir(const std::string& path, uint32_t mode) = 0;
+  virtual absl::Status SetMode(const std::string& path, uint32_t mode) = 0;
+  // Atomic replace, as rename(2).
+  virtual absl::Status Rename(const std::string& from, const std::string& to) = 0;
+  // Makes the directory's entries (creations, renames) durable.
+  virtual absl::Status SyncDir(const std::string& path) = 0;
+  virtual absl::Status DeleteFile(const std::string& path) = 0;
+  // Removes a file or a directory tree; OK if it does not exist.
+  virtual absl::Status DeleteRecursively(const std::string& path) = 0;
+  // Entry names (no "." or ".."), unsorted.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+  virtual bool Exists(const std::string& path) = 0;
+
+  // Helpers built on the primitives above.
+
+  // mkdir -p; created directories get `mode`.
+  absl::Status CreateDirs(const std::string& path, uint32_t mode);
+  // Whole file; RESOURCE_EXHAUSTED if larger than max_bytes.
+  absl::StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes);
+  // Writes `path.tmp`, syncs it, renames it over `path` and syncs the directory.
+  absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+};
+
+// The process-wide POSIX implementation. Never null; lives forever.
+FileSystem* PosixFileSystem();
+
+std::string JoinPath(absl::string_view a, absl::string_view b);
+std::string DirName(absl::string_view path);
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_IO_FILE_SYSTEM_H_

@@ -1,0 +1,124 @@
+// ckptd: wiring only. Flags and config, MPI, logging, the gRPC server on a unix socket,
+// a signal thread, and the coordinator loop on the main thread (the MPI thread).
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "daemon/base/config.h"
+#include "daemon/base/logging.h"
+#include "daemon/coord/collective.h"
+#include "daemon/coord/coordinator.h"
+#include "daemon/io/file_system.h"
+#include "daemon/service/ckptd_service.h"
+
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+constexpr int kMaxMessageBytes = 16 << 20;  // a 4 MiB chunk plus framing, with room
+
+int Fail(const absl::Status& status) {
+  std::cerr << "ckptd: " << status << std::endl;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
+  std::string config_path, root, socket_path, commit_timeout, log_level;
+  app.add_option("--config", config_path, "YAML config file (see config/ckptd.yaml)");
+  app.add_option("--root", root, "checkpoint root directory (overrides config root)");
+  app.add_option("--socket", socket_path, "unix socket path; {rank} and {uid} are substituted");
+  app.add_option("--commit-timeout", commit_timeout, "deadline of every commit collective, e.g. 60s");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.set_version_flag("--version", kVersion);
+  CLI11_PARSE(app, argc, argv);
+
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  ckptd::DaemonConfig config;
+  if (!config_path.empty()) {
+    absl::StatusOr<std::string> text = fs->ReadFileToString(config_path, 1 << 20);
+    if (!text.ok()) return Fail(text.status());
+    absl::StatusOr<ckptd::DaemonConfig> parsed = ckptd::ParseConfig(*text);
+    if (!parsed.ok()) return Fail(parsed.status());
+    config = *parsed;
+  }
+  if (!root.empty()) config.root = root;
+  if (!socket_path.empty()) config.socket_path = socket_path;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (!commit_timeout.empty()) {
+    absl::StatusOr<absl::Duration> d = ckptd::ParseDuration(commit_timeout);
+    if (!d.ok()) return Fail(d.status());
+    config.commit_timeout = *d;
+  }
+
+  // Signals go to one thread that only sets the stop flag; block them everywhere else
+  // before any thread (MPI's, gRPC's) exists.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<ckptd::Collective>> collective = ckptd::CreateMpiCollective(&argc, &argv);
+  if (!collective.ok()) return Fail(collective.status());
+  const int rank = (*collective)->rank();
+  if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level); !s.ok()) return Fail(s);
+
+  const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
+  const std::string socket_dir = ckptd::DirName(socket);
+  for (absl::Status s : {fs->CreateDirs(socket_dir, 0700), fs->SetMode(socket_dir, 0700),
+                         fs->CreateDirs(config.root, 0755)}) {
+    if (!s.ok()) {
+      spdlog::critical("start-up: {}", std::string(s.message()));
+      (*collective)->Abort(2);
+    }
+  }
+  if (fs->Exists(socket)) fs->DeleteFile(socket).IgnoreError();
+
+  ckptd::StagingArea staging;
+  ckptd::StepRegistry registry;
+  ckptd::CheckpointStore store(fs, config.root);
+  ckptd::CkptdService service({rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes)},
+                              &registry, &store, &staging);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    spdlog::critical("cannot listen on unix:{}", socket);
+    (*collective)->Abort(2);
+  }
+  spdlog::info("ckptd {} listening on unix:{}, root {}", kVersion, socket, config.root);
+
+  std::atomic<bool> stop{false};
+  std::thread signal_thread([&signals, &stop] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("signal {}: stopping", sig);
+    stop = true;
+  });
+  signal_thread.detach();
+
+  ckptd::Coordinator coordinator(collective->get(), &registry, &store,
+                                 {config.commit_timeout, kVersion});
+  absl::Status outcome = coordinator.Run(stop);
+  service.StopAccepting();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  fs->DeleteFile(socket).IgnoreError();
+  if (!outcome.ok()) {
+    spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
+    (*collective)->Abort(3);
+  }
+  collective->reset();
+  spdlog::info("ckptd stopped");
+  return 0;
+}

@@ -1,0 +1,50 @@
+// The save plan: from every shard that every trainer of the job staged for one step
+// (gathered from all hosts), check that each tensor is consistent and tiled exactly,
+// drop replicas, and pick one writer host per distinct box, balancing bytes.
+// Pure and deterministic: every rank computes the same plan from the same input.
+#ifndef CKPTD_DAEMON_PLAN_SAVE_PLAN_H_
+#define CKPTD_DAEMON_PLAN_SAVE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/layout/box.h"
+
+namespace ckptd {
+
+struct ShardRef {
+  std::string name;
+  int dtype = 0;
+  Shape shape;
+  Box box;
+  int host = 0;     // MPI rank of the daemon holding it
+  int trainer = 0;  // trainer id within the job
+};
+
+struct PlannedBox {
+  Box box;
+  int writer = 0;  // host that writes it
+  int64_t bytes = 0;
+};
+
+struct PlannedTensor {
+  std::string name;
+  int dtype = 0;
+  Shape shape;
+  std::vector<PlannedBox> boxes;  // sorted by box
+};
+
+struct SavePlan {
+  std::vector<PlannedTensor> tensors;  // sorted by name
+  std::vector<int64_t> bytes_per_host;
+};
+
+// INVALID_ARGUMENT naming the tensor when dtypes or shapes disagree, boxes overlap or
+// leave a gap, or one trainer id appears on two hosts.
+absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int num_hosts);
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_PLAN_SAVE_PLAN_H_

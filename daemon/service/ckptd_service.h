@@ -1,0 +1,63 @@
+// The gRPC service. Save, Restore, ListCheckpoints and Status run on gRPC's sync
+// thread pool and touch only memory and the files of their own request; Wait and
+// Barrier are callback handlers that register a waiter and return at once, completed
+// later by the coordinator. The one place where a Status becomes a grpc::Status.
+#ifndef CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_
+#define CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "ckptd/v1/ckptd.grpc.pb.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "daemon/coord/step_registry.h"
+#include "daemon/staging/staging_area.h"
+
+namespace ckptd {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+struct ServiceContext {
+  int rank = 0;
+  int num_ranks = 1;
+  std::string version;
+  uint64_t max_index_bytes = 1ull << 30;
+};
+
+class CkptdService final
+    : public v1::Ckptd::WithCallbackMethod_Wait<v1::Ckptd::WithCallbackMethod_Barrier<v1::Ckptd::Service>> {
+ public:
+  CkptdService(ServiceContext context, StepRegistry* registry, CheckpointStore* store,
+               StagingArea* staging)
+      : context_(std::move(context)), registry_(registry), store_(store), staging_(staging) {}
+
+  // After this, new Saves are refused with UNAVAILABLE.
+  void StopAccepting() { accepting_ = false; }
+
+  grpc::Status Save(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
+                    v1::SaveResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
+                                 v1::WaitResponse* response) override;
+  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
+                       grpc::ServerWriter<v1::RestoreResponse>* writer) override;
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* request,
+                                    v1::BarrierResponse* response) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+
+ private:
+  absl::Status DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v1::SaveResponse* response);
+  absl::Status DoRestore(const v1::RestoreRequest& request, grpc::ServerWriter<v1::RestoreResponse>* writer);
+
+  ServiceContext context_;
+  StepRegistry* registry_;
+  CheckpointStore* store_;
+  StagingArea* staging_;
+  std::atomic<bool> accepting_{true};
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_

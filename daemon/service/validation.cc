@@ -1,0 +1,86 @@
+#include "daemon/service/validation.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/base/dtype.h"
+
+namespace ckptd {
+
+absl::Status ValidateRunName(const std::string& run) {
+  if (run.empty()) return absl::InvalidArgumentError("run: must not be empty");
+  if (run.size() > kMaxRunNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat("run: longer than ", kMaxRunNameLength, " characters"));
+  }
+  if (run == "." || run == "..") return absl::InvalidArgumentError("run: must not be '.' or '..'");
+  for (char c : run) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run: character 0x", absl::Hex(static_cast<unsigned char>(c)),
+          " is not allowed (use letters, digits, '.', '_', '-'; no '/' or NUL)"));
+    }
+  }
+  if (run.find("..") != std::string::npos) return absl::InvalidArgumentError("run: must not contain '..'");
+  return absl::OkStatus();
+}
+
+Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box) {
+  if (!has_box) return Box::Full(shape);
+  return Box{{proto.start().begin(), proto.start().end()}, {proto.length().begin(), proto.length().end()}};
+}
+
+absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<CheckedTensor>* out) {
+  if (absl::Status s = ValidateRunName(header.run()); !s.ok()) return s;
+  if (header.step() < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", header.step(), " is negative"));
+  if (header.trainer_count() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_count: ", header.trainer_count(), " must be at least 1"));
+  }
+  if (header.trainer_id() < 0 || header.trainer_id() >= header.trainer_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_id: ", header.trainer_id(), " is outside [0, ",
+                                                   header.trainer_count(), ")"));
+  }
+  std::set<std::string> names;
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    const v1::TensorDescriptor& t = header.tensors(i);
+    const std::string field = absl::StrCat("tensors[", i, "]");
+    if (t.name().empty() || t.name().size() > kMaxTensorNameLength) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
+    }
+    if (t.name().find('\0') != std::string::npos || t.name()[0] == '\0') {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: must not contain NUL"));
+    }
+    if (!names.insert(t.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
+    }
+    if (!IsSupportedSaveType(t.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", DataTypeName(t.dtype()), " (",
+                                                     t.dtype(), ") is not a supported type"));
+    }
+    if (t.shape_size() > kMaxRank) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".shape: rank ", t.shape_size(), " exceeds ", kMaxRank));
+    }
+    CheckedTensor c;
+    c.name = t.name();
+    c.dtype = t.dtype();
+    c.shape.assign(t.shape().begin(), t.shape().end());
+    int64_t elements = 0;
+    if (absl::Status s = CheckShape(c.shape, &elements); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".shape ('", t.name(), "'): ", s.message()));
+    }
+    c.box = BoxFromProto(t.box(), c.shape, t.has_box());
+    if (absl::Status s = CheckBoxInShape(c.box, c.shape); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): ", s.message()));
+    }
+    const int64_t element_size = static_cast<int64_t>(DataTypeSize(c.dtype));
+    if (c.box.NumElements() > INT64_MAX / element_size) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): too many bytes"));
+    }
+    c.bytes = c.box.NumElements() * element_size;
+    out->push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckptd

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of ckptd from Debian 12's archive.
+# Idempotent: packages already present are skipped, so a second run costs one dpkg query.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libopenmpi-dev openmpi-bin
+  libspdlog-dev libfmt-dev
+  libleveldb-dev libsnappy-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

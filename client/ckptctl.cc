@@ -176,6 +176,7 @@ int Status(const std::string& address, bool json) {
   nlohmann::json out = {{"rank", status->rank()},
                         {"num_ranks", status->num_ranks()},
                         {"version", status->version()},
+                        {"pid", status->pid()},
                         {"root", status->root()},
                         {"pending_steps", pending},
                         {"runs", runs},

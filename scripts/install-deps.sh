@@ -10,7 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libleveldb-dev libsnappy-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy
 )
 

@@ -117,9 +117,8 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Fail("connect", client.status());
 
   std::vector<std::string> buffers(specs.size());
-  double max_stall = 0, total_wait = 0;
+  double max_stall = 0, total_wait = 0, save_seconds = 0;
   int64_t bytes_sent = 0;
-  const absl::Time save_start = absl::Now();
   for (int step = 1; step <= steps; ++step) {
     std::vector<ckptd::TensorShard> shards;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -137,8 +136,8 @@ int main(int argc, char** argv) {
     const absl::Time t1 = absl::Now();
     if (absl::Status s = (*client)->Wait(run, step); !s.ok()) return Fail(absl::StrCat("wait step ", step), s);
     total_wait += absl::ToDoubleSeconds(absl::Now() - t1);
+    save_seconds += absl::ToDoubleSeconds(absl::Now() - t0);  // Save + Wait, not data generation
   }
-  const double save_seconds = absl::ToDoubleSeconds(absl::Now() - save_start);
   if (absl::Status s = (*client)->Barrier(run, trainer, trainers); !s.ok()) return Fail("barrier", s);
 
   // Restore the newest step in another partition: embedding by column quarters (each

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -56,6 +57,40 @@ class StringSource : public leveldb::RandomAccessFile {
 };
 
 bool IsSliceKey(const std::string& key) { return !key.empty() && key[0] == '\0'; }
+
+// A string tensor is stored as [varint64 length]... [masked crc of lengths][bytes]...,
+// and TF's entry checksum covers each length as a little-endian uint32 (uint64 past
+// 4 GiB), not as the varint bytes on disk, then the length checksum, then the bytes.
+absl::StatusOr<uint32_t> StringTensorCrc(const char* data, size_t size, int64_t elements) {
+  const auto malformed = absl::DataLossError("malformed string tensor");
+  uint32_t crc = 0;
+  size_t pos = 0;
+  uint64_t total = 0;
+  for (int64_t i = 0; i < elements; ++i) {
+    uint64_t len = 0;
+    for (int shift = 0;; shift += 7) {
+      if (pos >= size || shift > 63) return malformed;
+      const uint8_t byte = static_cast<uint8_t>(data[pos++]);
+      len |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    if (len <= UINT32_MAX) {
+      const uint32_t len32 = static_cast<uint32_t>(len);
+      crc = crc32c::Extend(crc, reinterpret_cast<const char*>(&len32), sizeof(len32));
+    } else {
+      crc = crc32c::Extend(crc, reinterpret_cast<const char*>(&len), sizeof(len));
+    }
+    total += len;
+  }
+  if (size - pos < 4) return malformed;
+  uint32_t stored_length_crc;
+  std::memcpy(&stored_length_crc, data + pos, 4);
+  if (stored_length_crc != crc32c::Mask(crc)) return absl::DataLossError("string lengths checksum mismatch");
+  crc = crc32c::Extend(crc, data + pos, 4);
+  pos += 4;
+  if (total != size - pos) return malformed;
+  return crc32c::Extend(crc, data + pos, size - pos);
+}
 
 }  // namespace
 
@@ -283,7 +318,19 @@ absl::Status BundleReader::ReadEntry(const std::string& key, const tf::BundleEnt
     return absl::DataLossError(absl::StrCat("tensor '", key, "': ", s.message()));
   }
   RETURN_IF_ERROR(s);
-  const uint32_t actual = crc32c::Mask(crc32c::Value(dst, static_cast<size_t>(entry.size())));
+  uint32_t actual = 0;
+  if (entry.dtype() == kString) {
+    int64_t elements = 1;
+    for (const auto& dim : entry.shape().dim()) elements *= dim.size();
+    absl::StatusOr<uint32_t> crc = StringTensorCrc(dst, static_cast<size_t>(entry.size()), elements);
+    if (!crc.ok()) {
+      return absl::DataLossError(absl::StrCat("tensor '", key, "': ", crc.status().message(), " in ", file_name,
+                                              " at offset ", entry.offset()));
+    }
+    actual = crc32c::Mask(*crc);
+  } else {
+    actual = crc32c::Mask(crc32c::Value(dst, static_cast<size_t>(entry.size())));
+  }
   if (actual != entry.crc32c()) {
     return absl::DataLossError(absl::StrCat("tensor '", key, "': checksum mismatch in ", file_name,
                                             " at offset ", entry.offset(), " (", entry.size(), " bytes)"));

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -236,6 +238,7 @@ grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
   response->set_num_ranks(context_.num_ranks);
   response->set_version(context_.version);
   response->set_root(store_->root());
+  response->set_pid(::getpid());
   for (const StepKey& key : registry_->PendingSteps()) {
     v1::StepRef* ref = response->add_pending_steps();
     ref->set_run(key.run);

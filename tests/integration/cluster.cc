@@ -1,0 +1,88 @@
+#include "tests/integration/cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckptd::testing {
+
+Cluster::~Cluster() {
+  if (mpirun_ > 0) {
+    ::kill(-mpirun_, SIGKILL);
+    ::waitpid(mpirun_, nullptr, 0);
+  }
+}
+
+absl::Status Cluster::Start() {
+  const std::string np = std::to_string(ranks_);
+  const std::string root_dir = root();
+  const std::string socket = dir_.Sub("sock/ckptd-{rank}.sock");
+  const std::string log_path = log();
+  std::vector<std::string> args = {MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", np, CKPTD_BINARY,
+                                   "--root", root_dir, "--socket", socket, "--commit-timeout", "60s"};
+  mpirun_ = ::fork();
+  if (mpirun_ < 0) return absl::InternalError("fork failed");
+  if (mpirun_ == 0) {
+    ::setpgid(0, 0);  // its own group, so teardown can kill the whole job
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::setpgid(mpirun_, mpirun_);
+  for (int rank = 0; rank < ranks_; ++rank) {
+    auto client = Client::Connect(Address(rank), absl::Seconds(60));
+    if (!client.ok()) return client.status();
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Client> Cluster::Connect(int rank) const {
+  auto client = Client::Connect(Address(rank), absl::Seconds(30));
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+int Cluster::Stop() {
+  if (mpirun_ <= 0) return -1;
+  pid_t daemon = -1;
+  if (auto client = Connect(0); client != nullptr) {
+    if (auto status = client->Status(); status.ok()) daemon = static_cast<pid_t>(status->pid());
+  }
+  if (daemon > 0) ::kill(daemon, SIGTERM);
+  int wstatus = 0;
+  ::waitpid(mpirun_, &wstatus, 0);
+  mpirun_ = -1;
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+}
+
+std::vector<absl::Status> RunTrainers(int count, const std::function<absl::Status(int trainer)>& fn) {
+  std::vector<absl::Status> results(count);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) threads.emplace_back([&, t] { results[t] = fn(t); });
+  for (std::thread& th : threads) th.join();
+  return results;
+}
+
+int RunCommand(const std::string& command, std::string* output) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::array<char, 4096> buf;
+  output->clear();
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) output->append(buf.data(), n);
+  int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace ckptd::testing

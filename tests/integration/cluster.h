@@ -1,0 +1,49 @@
+// A real ckptd job for integration tests: `mpirun -np N ckptd` over a fresh temp
+// directory, one unix socket per rank, and helpers to run trainers as threads.
+// Owned by one test; not thread-safe itself (clients it hands out are).
+#ifndef CKPTD_TESTS_INTEGRATION_CLUSTER_H_
+#define CKPTD_TESTS_INTEGRATION_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckptd/client.h"
+#include "tests/common/temp_dir.h"
+
+namespace ckptd::testing {
+
+class Cluster {
+ public:
+  explicit Cluster(int ranks) : ranks_(ranks) {}
+  ~Cluster();
+
+  // Starts the job and waits until every daemon accepts connections.
+  absl::Status Start();
+  // SIGTERM to one daemon (all ranks then stop together); returns mpirun's exit code.
+  int Stop();
+
+  std::string Address(int rank) const { return dir_.Sub("sock/ckptd-" + std::to_string(rank) + ".sock"); }
+  std::string root() const { return dir_.Sub("root"); }
+  std::string log() const { return dir_.Sub("daemons.log"); }
+  std::unique_ptr<Client> Connect(int rank) const;
+
+ private:
+  int ranks_;
+  TempDir dir_;
+  pid_t mpirun_ = -1;
+};
+
+// Runs fn(trainer) on `count` threads and returns each one's status, by trainer id.
+std::vector<absl::Status> RunTrainers(int count, const std::function<absl::Status(int trainer)>& fn);
+
+// Runs a command line; returns its exit code and, in *output, stdout and stderr.
+int RunCommand(const std::string& command, std::string* output);
+
+}  // namespace ckptd::testing
+
+#endif  // CKPTD_TESTS_INTEGRATION_CLUSTER_H_

@@ -1,0 +1,353 @@
+// End-to-end: real daemons under mpirun, trainers as threads with their own clients
+// over the daemons' unix sockets, checkpoints in a temp directory.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "tests/integration/cluster.h"
+
+namespace ckptd::testing {
+namespace {
+
+// Tensor contents are a function of (tensor, step, global element index).
+template <typename T>
+T Element(const std::string& name, int64_t step, int64_t index) {
+  int64_t h = static_cast<int64_t>(std::hash<std::string>()(name) % 1000);
+  return static_cast<T>(h * 100000 + step * 1000 + index);
+}
+
+// Row-major values of box (start, length) of a tensor with `shape` (rank <= 2).
+template <typename T>
+std::vector<T> BoxValues(const std::string& name, int64_t step, const Shape& shape, const Box& box) {
+  std::vector<T> out;
+  const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const int64_t rows = box.rank() == 0 ? 1 : box.length[0];
+  const int64_t width = box.rank() == 2 ? box.length[1] : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < width; ++c) {
+      const int64_t row = box.rank() == 0 ? 0 : box.start[0] + r;
+      const int64_t col = box.rank() == 2 ? box.start[1] + c : 0;
+      out.push_back(Element<T>(name, step, row * cols + col));
+    }
+  }
+  return out;
+}
+
+// A shard plus the storage its data pointer refers to.
+struct OwnedShard {
+  TensorShard shard;
+  std::shared_ptr<std::string> bytes;
+};
+
+template <typename T>
+OwnedShard MakeShard(const std::string& name, int dtype, int64_t step, const Shape& shape, const Box& box) {
+  std::vector<T> values = BoxValues<T>(name, step, shape, box);
+  auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  return {{name, dtype, shape, box.start, box.length, bytes->data(), bytes->size()}, bytes};
+}
+
+absl::Status SaveShards(Client& client, const std::string& run, int64_t step, int trainer, int trainers,
+                        const std::vector<OwnedShard>& owned) {
+  std::vector<TensorShard> shards;
+  for (const OwnedShard& o : owned) shards.push_back(o.shard);
+  return client.Save(run, step, trainer, trainers, shards).status();
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run, std::optional<int64_t> step,
+                                          const std::string& name, int dtype, const Box& box) {
+  std::vector<T> out(static_cast<size_t>(box.NumElements()));
+  RestoreTarget target{name, dtype, {}, box.start, box.length, out.data(), out.size() * sizeof(T)};
+  auto restored = client.Restore(run, step, {target});
+  if (!restored.ok()) return restored.status();
+  return out;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartCluster(int ranks) {
+    cluster_ = std::make_unique<Cluster>(ranks);
+    absl::Status s = cluster_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  void TearDown() override {
+    if (cluster_ != nullptr) {
+      // SIGTERM to one daemon must stop every rank cleanly: mpirun exits 0.
+      EXPECT_EQ(cluster_->Stop(), 0) << "see " << cluster_->log();
+    }
+  }
+  std::string StepDir(const std::string& run, int64_t step) const {
+    return CheckpointStore(PosixFileSystem(), cluster_->root()).StepDir(run, step);
+  }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+// 4 trainers on 2 daemons (trainer t on daemon t/2): "w" row-sharded over all four,
+// "b" replicated on all four, "m" halves each held by one trainer per daemon, "s" a
+// replicated scalar.
+std::vector<OwnedShard> MixedModel(int trainer, int64_t step) {
+  return {
+      MakeShard<float>("w", 1, step, {8, 6}, Box{{2 * trainer, 0}, {2, 6}}),
+      MakeShard<float>("b", 1, step, {6}, Box{{0}, {6}}),
+      MakeShard<int64_t>("m", 9, step, {4, 4}, Box{{(trainer % 2) * 2, 0}, {2, 4}}),
+      MakeShard<int32_t>("s", 3, step, {}, Box{}),
+  };
+}
+
+TEST_F(ClusterTest, MixedShardedAndReplicatedSaveRestoresBitExact) {
+  StartCluster(2);
+  auto results = RunTrainers(4, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t / 2);
+    RETURN_IF_ERROR(SaveShards(*client, "mixed", 10, t, 4, MixedModel(t, 10)));
+    return client->Wait("mixed", 10);
+  });
+  for (int t = 0; t < 4; ++t) ASSERT_TRUE(results[t].ok()) << "trainer " << t << ": " << results[t];
+
+  // Each distinct box is in the index exactly once, and the data files hold exactly
+  // the distinct bytes: nothing replicated was written twice.
+  const std::string prefix = CheckpointStore::Prefix(StepDir("mixed", 10));
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->header().num_shards(), 2);
+  EXPECT_EQ((*reader)->TensorNames(), (std::vector<std::string>{"b", "m", "s", "w"}));
+  EXPECT_EQ((*reader)->Lookup("w")->pieces.size(), 4u);
+  EXPECT_EQ((*reader)->Lookup("m")->pieces.size(), 2u);
+  EXPECT_EQ((*reader)->Find("b")->slices_size(), 0);
+  EXPECT_EQ((*reader)->Find("s")->slices_size(), 0);
+  EXPECT_EQ((*reader)->entries().size(), 10u);  // w + 4 slices, m + 2 slices, b, s
+  uint64_t data_bytes = 0;
+  for (int shard = 0; shard < 2; ++shard) data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 2));
+  EXPECT_EQ(data_bytes, 8u * 6 * 4 + 6 * 4 + 4 * 4 * 8 + 4);
+
+  auto client = cluster_->Connect(1);
+  auto w = RestoreBox<float>(*client, "mixed", 10, "w", 1, Box::Full({8, 6}));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, BoxValues<float>("w", 10, {8, 6}, Box::Full({8, 6})));
+  // A box spanning three saved slabs.
+  const Box span{{1, 2}, {5, 3}};
+  auto part = RestoreBox<float>(*client, "mixed", std::nullopt, "w", 1, span);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(*part, BoxValues<float>("w", 10, {8, 6}, span));
+  auto m = RestoreBox<int64_t>(*client, "mixed", 10, "m", 9, Box{{1, 1}, {2, 3}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, BoxValues<int64_t>("m", 10, {4, 4}, Box{{1, 1}, {2, 3}}));
+  auto s = RestoreBox<int32_t>(*client, "mixed", 10, "s", 3, Box{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, BoxValues<int32_t>("s", 10, {}, Box{}));
+
+  std::string out;
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify ", prefix), &out), 0) << out;
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " inspect --json ", prefix), &out), 0) << out;
+  EXPECT_NE(out.find("\"num_shards\": 2"), std::string::npos) << out;
+}
+
+TEST_F(ClusterTest, OverlappingBoxesFailEveryTrainerAndPublishNothing) {
+  StartCluster(2);
+  auto results = RunTrainers(2, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t);
+    Box box = t == 0 ? Box{{0}, {3}} : Box{{2}, {2}};
+    RETURN_IF_ERROR(SaveShards(*client, "overlap", 1, t, 2, {MakeShard<float>("w", 1, 1, {4}, box)}));
+    return client->Wait("overlap", 1);
+  });
+  for (const absl::Status& s : results) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("'w'"), absl::string_view::npos) << s;
+  }
+  EXPECT_EQ(results[0].message(), results[1].message());
+  // Nothing visible, nothing left behind.
+  auto names = PosixFileSystem()->ListDir(JoinPath(cluster_->root(), "overlap"));
+  EXPECT_TRUE(!names.ok() || names->empty());
+  auto client = cluster_->Connect(0);
+  EXPECT_EQ(client->ListCheckpoints("overlap")->checkpoints_size(), 0);
+  EXPECT_EQ(RestoreBox<float>(*client, "overlap", std::nullopt, "w", 1, Box::Full({4})).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // The daemons keep serving: a correct save of the same run succeeds.
+  auto retry = RunTrainers(2, [&](int t) -> absl::Status {
+    auto c = cluster_->Connect(t);
+    RETURN_IF_ERROR(SaveShards(*c, "overlap", 2, t, 2, {MakeShard<float>("w", 1, 2, {4}, Box{{2 * t}, {2}})}));
+    return c->Wait("overlap", 2);
+  });
+  for (const absl::Status& s : retry) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
+  StartCluster(2);
+  for (int64_t step : {100, 200, 300}) {
+    auto results = RunTrainers(2, [&](int t) -> absl::Status {
+      auto client = cluster_->Connect(t);
+      RETURN_IF_ERROR(SaveShards(*client, "state", step, t, 2,
+                                 {MakeShard<float>("v", 1, step, {4, 2}, Box{{2 * t, 0}, {2, 2}})}));
+      return client->Wait("state", step);
+    });
+    for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  }
+  auto text = PosixFileSystem()->ReadFileToString(JoinPath(JoinPath(cluster_->root(), "state"), "checkpoint"), 4096);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "model_checkpoint_path: \"step-00000300/ckpt\"\n"
+            "all_model_checkpoint_paths: \"step-00000100/ckpt\"\n"
+            "all_model_checkpoint_paths: \"step-00000200/ckpt\"\n"
+            "all_model_checkpoint_paths: \"step-00000300/ckpt\"\n");
+  auto client = cluster_->Connect(0);
+  auto list = client->ListCheckpoints("state");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->checkpoints_size(), 3);
+  EXPECT_EQ(list->checkpoints(2).step(), 300);
+  std::vector<float> v(8);
+  auto step = client->Restore("state", std::nullopt, {RestoreTarget{"v", 1, {4, 2}, {}, {}, v.data(), 32}});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 300);
+  EXPECT_EQ(v, BoxValues<float>("v", 300, {4, 2}, Box::Full({4, 2})));
+  // Wait on a committed step answers at once; saving it again is refused.
+  EXPECT_TRUE(client->Wait("state", 200).ok());
+  EXPECT_EQ(SaveShards(*client, "state", 200, 0, 2, {MakeShard<float>("v", 1, 200, {4, 2}, Box{{0, 0}, {2, 2}})}).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(ClusterTest, BadInputIsInvalidArgumentAndNothingIsWritten) {
+  StartCluster(2);
+  auto client = cluster_->Connect(0);
+  struct Case {
+    std::string what;
+    std::string run;
+    std::vector<OwnedShard> shards;
+    std::string field;
+  };
+  auto good = [](const std::string& name) { return MakeShard<float>(name, 1, 1, {4}, Box{{0}, {4}}); };
+  OwnedShard negative = good("neg");
+  negative.shard.shape = {-4};
+  OwnedShard bad_dtype = good("dt");
+  bad_dtype.shard.dtype = 99;
+  OwnedShard string_dtype = good("str");
+  string_dtype.shard.dtype = 7;
+  OwnedShard outside = good("out");
+  outside.shard.box_start = {2};
+  OwnedShard short_bytes = good("short");
+  short_bytes.shard.size -= 4;
+  OwnedShard long_bytes = good("long");
+  auto longer = std::make_shared<std::string>(*long_bytes.bytes + "xxxx");
+  long_bytes.shard.data = longer->data();
+  long_bytes.shard.size = longer->size();
+  long_bytes.bytes = longer;
+  std::vector<Case> cases = {
+      {"negative dim", "r", {negative}, "shape"},
+      {"unknown dtype", "r", {bad_dtype}, "dtype"},
+      {"string dtype", "r", {string_dtype}, "dtype"},
+      {"box outside shape", "r", {outside}, "box"},
+      {"too few bytes", "r", {short_bytes}, "data"},
+      {"too many bytes", "r", {long_bytes}, "data"},
+      {"duplicate name", "r", {good("dup"), good("dup")}, "name"},
+      {"slash in run", "a/b", {good("x")}, "run"},
+      {"dot-dot run", "..", {good("x")}, "run"},
+      {"NUL in run", std::string("a\0b", 3), {good("x")}, "run"},
+      {"long run", std::string(129, 'r'), {good("x")}, "run"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = SaveShards(*client, c.run, 1, 0, 1, c.shards);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
+    EXPECT_NE(s.message().find(c.field), absl::string_view::npos) << c.what << ": " << s;
+  }
+  // Nothing was written and the daemon still serves.
+  auto names = PosixFileSystem()->ListDir(cluster_->root());
+  ASSERT_TRUE(names.ok());
+  EXPECT_TRUE(names->empty());
+  auto status = client->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->pending_steps_size(), 0);
+  EXPECT_EQ(status->bytes_staged(), 0);
+}
+
+TEST_F(ClusterTest, RestoreErrorsNameTheProblem) {
+  StartCluster(2);
+  auto results = RunTrainers(2, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t);
+    RETURN_IF_ERROR(SaveShards(*client, "errs", 5, t, 2,
+                               {MakeShard<float>("w", 1, 5, {4, 4}, Box{{2 * t, 0}, {2, 4}}),
+                                MakeShard<int64_t>("n", 9, 5, {3}, Box{{0}, {3}})}));
+    return client->Wait("errs", 5);
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  auto client = cluster_->Connect(0);
+  EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "nope", 0, Box{}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RestoreBox<float>(*client, "errs", 6, "w", 1, Box::Full({4, 4})).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "w", 9, Box::Full({4, 4})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "w", 1, Box{{3, 0}, {2, 4}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<float> wrong_shape(16);
+  EXPECT_EQ(client->Restore("errs", 5, {RestoreTarget{"w", 1, {16}, {}, {}, wrong_shape.data(), 64}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Flip one byte of "n" in its data file: DATA_LOSS naming the tensor and the file,
+  // and ckptctl verify exits 1 naming it.
+  const std::string prefix = CheckpointStore::Prefix(StepDir("errs", 5));
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
+  ASSERT_TRUE(reader.ok());
+  const tf::BundleEntryProto* n = (*reader)->Find("n");
+  ASSERT_NE(n, nullptr);
+  const std::string data_file = DataPath(prefix, n->shard_id(), 2);
+  auto bytes = PosixFileSystem()->ReadFileToString(data_file, 1 << 20);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[n->offset() + 1] ^= 0x10;
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(data_file, *bytes).ok());
+  absl::Status loss = RestoreBox<int64_t>(*client, "errs", 5, "n", 9, Box::Full({3})).status();
+  EXPECT_EQ(loss.code(), absl::StatusCode::kDataLoss) << loss;
+  EXPECT_NE(loss.message().find("'n'"), absl::string_view::npos) << loss;
+  EXPECT_NE(loss.message().find(data_file.substr(data_file.rfind('/') + 1)), absl::string_view::npos) << loss;
+  std::string out;
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify ", prefix), &out), 1) << out;
+  EXPECT_NE(out.find("'n'"), std::string::npos) << out;
+  // The other tensor is still readable.
+  EXPECT_TRUE(RestoreBox<float>(*client, "errs", 5, "w", 1, Box::Full({4, 4})).ok());
+}
+
+TEST_F(ClusterTest, BarrierReleasesOnlyWhenEveryTrainerArrives) {
+  StartCluster(2);
+  // Three of four trainers: nobody is released before the deadline.
+  auto partial = RunTrainers(3, [&](int t) -> absl::Status {
+    return cluster_->Connect(t % 2)->Barrier("bar", t, 4, absl::Milliseconds(500));
+  });
+  for (const absl::Status& s : partial) EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  auto all = RunTrainers(4, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t % 2);
+    RETURN_IF_ERROR(client->Barrier("bar2", t, 4));
+    return client->Barrier("bar2", t, 4);
+  });
+  for (const absl::Status& s : all) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(ClusterTest, ThreeDaemonsWriteEachBoxOnceAndRestoreAcrossThem) {
+  StartCluster(3);
+  auto results = RunTrainers(3, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t);
+    RETURN_IF_ERROR(SaveShards(*client, "three", 1, t, 3,
+                               {MakeShard<float>("w", 1, 1, {9, 4}, Box{{3 * t, 0}, {3, 4}}),
+                                MakeShard<double>("r", 2, 1, {5}, Box{{0}, {5}})}));
+    return client->Wait("three", 1);
+  });
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  const std::string prefix = CheckpointStore::Prefix(StepDir("three", 1));
+  uint64_t data_bytes = 0;
+  for (int shard = 0; shard < 3; ++shard) data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 3));
+  EXPECT_EQ(data_bytes, 9u * 4 * 4 + 5 * 8);
+  for (int rank = 0; rank < 3; ++rank) {
+    auto client = cluster_->Connect(rank);
+    const Box span{{1, 1}, {7, 2}};
+    auto w = RestoreBox<float>(*client, "three", 1, "w", 1, span);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(*w, BoxValues<float>("w", 1, {9, 4}, span));
+    auto r = RestoreBox<double>(*client, "three", 1, "r", 2, Box::Full({5}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, BoxValues<double>("r", 1, {5}, Box::Full({5})));
+  }
+}
+
+}  // namespace
+}  // namespace ckptd::testing

@@ -1,0 +1,86 @@
+#include "daemon/layout/box.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace ckptd {
+namespace {
+
+TEST(BoxTest, IntersectOverlapping) {
+  Box a{{0, 0}, {4, 4}}, b{{2, 3}, {4, 4}};
+  auto c = Intersect(a, b);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->start, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(c->length, (std::vector<int64_t>{2, 1}));
+}
+
+TEST(BoxTest, IntersectTouchingIsEmpty) {
+  EXPECT_FALSE(Intersect(Box{{0}, {4}}, Box{{4}, {4}}).has_value());
+  EXPECT_FALSE(Intersect(Box{{0}, {0}}, Box{{0}, {4}}).has_value());
+}
+
+TEST(BoxTest, TilingExact) {
+  EXPECT_TRUE(CheckTiling({Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 2}}, Box{{2, 2}, {2, 2}}}, {4, 4}, "t").ok());
+}
+
+TEST(BoxTest, TilingGapNamesTensor) {
+  absl::Status s = CheckTiling({Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 2}}}, {4, 4}, "tensor 'w'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor 'w'"), absl::string_view::npos);
+  EXPECT_NE(s.message().find("gap"), absl::string_view::npos);
+}
+
+TEST(BoxTest, TilingOverlap) {
+  absl::Status s = CheckTiling({Box{{0}, {3}}, Box{{2}, {2}}}, {4}, "tensor 'v'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlap"), absl::string_view::npos);
+}
+
+TEST(BoxTest, ScalarTiling) {
+  EXPECT_TRUE(CheckTiling({Box{}}, {}, "s").ok());
+}
+
+TEST(BoxTest, CheckBoxInShape) {
+  EXPECT_TRUE(CheckBoxInShape(Box{{1, 0}, {3, 4}}, {4, 4}).ok());
+  EXPECT_EQ(CheckBoxInShape(Box{{1, 0}, {4, 4}}, {4, 4}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckBoxInShape(Box{{-1}, {1}}, {4}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckBoxInShape(Box{{0}, {4}}, {4, 4}).code(), absl::StatusCode::kInvalidArgument);
+  int64_t n = 0;
+  EXPECT_EQ(CheckShape({3, -1}, &n).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckShape({int64_t{1} << 40, int64_t{1} << 40}, &n).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BoxTest, SliceString) {
+  EXPECT_EQ((Box{{0, 0}, {2, 5}}).ToSliceString({4, 5}), "0,2:-");
+  EXPECT_EQ((Box{{1}, {2}}).ToSliceString({4}), "1,2");
+}
+
+// Assembles a 3-D tensor from four boxes and reads back an arbitrary box spanning
+// all of them; compares with the element values computed directly.
+TEST(BoxTest, CopyRegionAssemblesAcrossBoxes) {
+  const Shape shape{4, 6, 5};
+  auto value = [&](int64_t i, int64_t j, int64_t k) { return static_cast<int32_t>(i * 100 + j * 10 + k); };
+  auto fill = [&](const Box& b) {
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < b.length[0]; ++i)
+      for (int64_t j = 0; j < b.length[1]; ++j)
+        for (int64_t k = 0; k < b.length[2]; ++k) out.push_back(value(b.start[0] + i, b.start[1] + j, b.start[2] + k));
+    return out;
+  };
+  std::vector<Box> pieces = {Box{{0, 0, 0}, {2, 3, 5}}, Box{{0, 3, 0}, {2, 3, 5}}, Box{{2, 0, 0}, {2, 6, 2}},
+                             Box{{2, 0, 2}, {2, 6, 3}}};
+  ASSERT_TRUE(CheckTiling(pieces, shape, "t").ok());
+  const Box want{{1, 2, 1}, {2, 3, 3}};
+  std::vector<int32_t> got(static_cast<size_t>(want.NumElements()), -1);
+  for (const Box& p : pieces) {
+    auto common = Intersect(p, want);
+    if (!common) continue;
+    std::vector<int32_t> src = fill(p);
+    CopyRegion(*common, p, reinterpret_cast<const char*>(src.data()), want, reinterpret_cast<char*>(got.data()), 4);
+  }
+  EXPECT_EQ(got, fill(want));
+}
+
+}  // namespace
+}  // namespace ckptd

@@ -1,0 +1,159 @@
+#include "daemon/bundle/bundle.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "daemon/base/dtype.h"
+#include "daemon/bundle/crc32c.h"
+#include "daemon/bundle/ordered_code.h"
+#include "tests/common/temp_dir.h"
+
+namespace ckptd {
+namespace {
+
+FileSystem* fs() { return PosixFileSystem(); }
+
+// Writes a 2-shard bundle by hand: "scalar" (int64, shard 0), "vec" (float[6], whole,
+// shard 1) and "mat" (float[4,3], two row slices, one per shard).
+class BundleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prefix_ = dir_.Sub("ckpt");
+    std::vector<float> mat(12);
+    std::iota(mat.begin(), mat.end(), 0.5f);
+    std::vector<float> vec = {1, 2, 3, 4, 5, 6};
+    int64_t scalar = 42;
+    std::string shard0, shard1;
+    IndexBuilder index(2);
+    auto add = [&](std::string* file, int shard, const std::string& key, int dtype, Shape shape, const void* data,
+                   size_t n) {
+      tf::BundleEntryProto e;
+      e.set_dtype(dtype);
+      *e.mutable_shape() = ShapeToProto(shape);
+      e.set_shard_id(shard);
+      e.set_offset(static_cast<int64_t>(file->size()));
+      e.set_size(static_cast<int64_t>(n));
+      e.set_crc32c(crc32c::Mask(crc32c::Value(static_cast<const char*>(data), n)));
+      file->append(static_cast<const char*>(data), n);
+      ASSERT_TRUE(index.Add(key, e).ok());
+    };
+    add(&shard0, 0, "scalar", kInt64, {}, &scalar, 8);
+    add(&shard1, 1, "vec", kFloat, {6}, vec.data(), 24);
+    const Shape mat_shape{4, 3};
+    tf::BundleEntryProto full;
+    full.set_dtype(kFloat);
+    *full.mutable_shape() = ShapeToProto(mat_shape);
+    for (int s = 0; s < 2; ++s) {
+      Box box{{2 * s, 0}, {2, 3}};
+      *full.add_slices() = BoxToSliceProto(box, mat_shape);
+      add(s == 0 ? &shard0 : &shard1, s, ordered_code::EncodeTensorNameSlice("mat", box, mat_shape), kFloat, {2, 3},
+          mat.data() + 6 * s, 24);
+    }
+    ASSERT_TRUE(index.Add("mat", full).ok());
+    auto bytes = index.Finish();
+    ASSERT_TRUE(bytes.ok());
+    Write(IndexPath(prefix_), *bytes);
+    Write(DataPath(prefix_, 0, 2), shard0);
+    Write(DataPath(prefix_, 1, 2), shard1);
+    mat_ = mat;
+  }
+
+  void Write(const std::string& path, const std::string& contents) {
+    auto file = fs()->NewWritableFile(path);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE((*file)->Append(contents).ok());
+    ASSERT_TRUE((*file)->Close().ok());
+  }
+
+  testing::TempDir dir_;
+  std::string prefix_;
+  std::vector<float> mat_;
+};
+
+TEST_F(BundleTest, RoundTripWholeAndSliced) {
+  auto reader = BundleReader::Open(fs(), prefix_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->header().num_shards(), 2);
+  EXPECT_EQ((*reader)->TensorNames(), (std::vector<std::string>{"mat", "scalar", "vec"}));
+
+  auto scalar = (*reader)->Lookup("scalar");
+  ASSERT_TRUE(scalar.ok());
+  int64_t value = 0;
+  ASSERT_TRUE((*reader)->ReadBox(*scalar, Box{}, reinterpret_cast<char*>(&value)).ok());
+  EXPECT_EQ(value, 42);
+
+  auto mat = (*reader)->Lookup("mat");
+  ASSERT_TRUE(mat.ok()) << mat.status();
+  EXPECT_EQ(mat->pieces.size(), 2u);
+  std::vector<float> whole(12);
+  ASSERT_TRUE((*reader)->ReadBox(*mat, Box::Full({4, 3}), reinterpret_cast<char*>(whole.data())).ok());
+  EXPECT_EQ(whole, mat_);
+  // A box spanning both slices: rows 1-2, columns 1-2.
+  std::vector<float> part(4);
+  ASSERT_TRUE((*reader)->ReadBox(*mat, Box{{1, 1}, {2, 2}}, reinterpret_cast<char*>(part.data())).ok());
+  EXPECT_EQ(part, (std::vector<float>{mat_[4], mat_[5], mat_[7], mat_[8]}));
+}
+
+TEST_F(BundleTest, UnknownTensorIsNotFound) {
+  auto reader = BundleReader::Open(fs(), prefix_);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Lookup("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(BundleTest, FlippedByteIsDataLossNamingTensorAndFile) {
+  auto data = fs()->ReadFileToString(DataPath(prefix_, 1, 2), 1 << 20);
+  ASSERT_TRUE(data.ok());
+  (*data)[3] ^= 0x01;  // inside "vec"
+  Write(DataPath(prefix_, 1, 2), *data);
+  auto reader = BundleReader::Open(fs(), prefix_);
+  ASSERT_TRUE(reader.ok());
+  auto vec = (*reader)->Lookup("vec");
+  ASSERT_TRUE(vec.ok());
+  std::vector<float> out(6);
+  absl::Status s = (*reader)->ReadBox(*vec, Box::Full({6}), reinterpret_cast<char*>(out.data()));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("'vec'"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("data-00001-of-00002"), absl::string_view::npos) << s;
+}
+
+TEST_F(BundleTest, TruncatedDataFileIsDataLoss) {
+  auto data = fs()->ReadFileToString(DataPath(prefix_, 1, 2), 1 << 20);
+  ASSERT_TRUE(data.ok());
+  Write(DataPath(prefix_, 1, 2), data->substr(0, 10));
+  auto reader = BundleReader::Open(fs(), prefix_);
+  ASSERT_TRUE(reader.ok());
+  auto vec = (*reader)->Lookup("vec");
+  std::vector<float> out(6);
+  EXPECT_EQ((*reader)->ReadBox(*vec, Box::Full({6}), reinterpret_cast<char*>(out.data())).code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(BundleTest, GarbledOrTruncatedIndexIsDataLoss) {
+  auto index = fs()->ReadFileToString(IndexPath(prefix_), 1 << 20);
+  ASSERT_TRUE(index.ok());
+  Write(IndexPath(prefix_), index->substr(0, index->size() / 2));
+  EXPECT_EQ(BundleReader::Open(fs(), prefix_).status().code(), absl::StatusCode::kDataLoss);
+  std::string garbled = *index;
+  garbled[garbled.size() / 3] ^= 0x5a;
+  Write(IndexPath(prefix_), garbled);
+  EXPECT_EQ(BundleReader::Open(fs(), prefix_).status().code(), absl::StatusCode::kDataLoss);
+  Write(IndexPath(prefix_), "");
+  EXPECT_EQ(BundleReader::Open(fs(), prefix_).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(BundleTest, MissingIndexIsNotFound) {
+  EXPECT_EQ(BundleReader::Open(fs(), dir_.Sub("absent")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CheckpointStateTest, RoundTrip) {
+  CheckpointState state{"step-00000003/ckpt", {"step-00000001/ckpt", "step-00000003/ckpt"}};
+  auto parsed = ParseCheckpointState(FormatCheckpointState(state));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->model_checkpoint_path, state.model_checkpoint_path);
+  EXPECT_EQ(parsed->all_model_checkpoint_paths, state.all_model_checkpoint_paths);
+  EXPECT_FALSE(ParseCheckpointState("garbage").ok());
+}
+
+}  // namespace
+}  // namespace ckptd

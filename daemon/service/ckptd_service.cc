@@ -43,13 +43,16 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
 
   TrainerPayload payload;
   payload.trainer_id = header.trainer_id();
+  std::vector<int64_t> sizes;
   int64_t expected = 0;
   for (CheckedTensor& t : tensors) {
+    if (t.bytes > INT64_MAX - expected) return absl::InvalidArgumentError("tensors: total bytes overflow");
     expected += t.bytes;
-    payload.tensors.push_back({std::move(t.name), t.dtype, std::move(t.shape), std::move(t.box),
-                               staging_->Allocate(t.bytes)});
+    sizes.push_back(t.bytes);
+    payload.tensors.push_back({std::move(t.name), t.dtype, std::move(t.shape), std::move(t.box), StagedBuffer()});
   }
-  // Bytes arrive as one stream: fill tensor buffers in descriptor order.
+  // Bytes arrive as one stream: fill tensor buffers in descriptor order. A buffer is
+  // allocated when its first byte arrives, so a header alone reserves no memory.
   size_t tensor = 0;
   int64_t filled = 0;  // bytes of payload.tensors[tensor] filled so far
   int64_t received = 0;
@@ -68,11 +71,14 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
     received += static_cast<int64_t>(data.size());
     size_t used = 0;
     while (used < data.size()) {
-      while (tensor < payload.tensors.size() && filled == payload.tensors[tensor].bytes.size()) {
+      while (tensor < payload.tensors.size() && filled == sizes[tensor]) {
         ++tensor;
         filled = 0;
       }
       StagedBuffer& buf = payload.tensors[tensor].bytes;
+      if (!buf.allocated()) {
+        ASSIGN_OR_RETURN(buf, staging_->Allocate(sizes[tensor]));
+      }
       const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(buf.size() - filled));
       std::memcpy(buf.data() + filled, data.data() + used, n);
       filled += static_cast<int64_t>(n);
@@ -82,6 +88,11 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
   if (received != expected) {
     return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
                                                    expected, " (box elements x dtype size, summed)"));
+  }
+  for (size_t i = 0; i < payload.tensors.size(); ++i) {  // empty tensors received no chunk
+    if (!payload.tensors[i].bytes.allocated()) {
+      ASSIGN_OR_RETURN(payload.tensors[i].bytes, staging_->Allocate(sizes[i]));
+    }
   }
   RETURN_IF_ERROR(registry_->Stage({header.run(), header.step()}, header.trainer_count(), std::move(payload)));
   response->set_bytes_staged(expected);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "daemon/layout/box.h"
 
 namespace ckptd {
@@ -21,11 +22,13 @@ class StagingArea;
 class StagedBuffer {
  public:
   StagedBuffer() = default;
-  StagedBuffer(StagingArea* area, int64_t size);
+  // Adopts `bytes` (size bytes) and counts them against `area`.
+  StagedBuffer(StagingArea* area, std::unique_ptr<char[]> bytes, int64_t size);
   ~StagedBuffer();
   StagedBuffer(StagedBuffer&& other) noexcept { *this = std::move(other); }
   StagedBuffer& operator=(StagedBuffer&& other) noexcept;
 
+  bool allocated() const { return bytes_ != nullptr; }
   char* data() { return bytes_.get(); }
   const char* data() const { return bytes_.get(); }
   int64_t size() const { return size_; }
@@ -52,7 +55,8 @@ struct TrainerPayload {
 
 class StagingArea {
  public:
-  StagedBuffer Allocate(int64_t size) { return StagedBuffer(this, size); }
+  // RESOURCE_EXHAUSTED when the memory cannot be had, instead of throwing.
+  absl::StatusOr<StagedBuffer> Allocate(int64_t size);
   int64_t bytes_staged() const { return bytes_staged_.load(); }
 
  private:

@@ -1,6 +1,7 @@
 // End-to-end: real daemons under mpirun, trainers as threads with their own clients
 // over the daemons' unix sockets, checkpoints in a temp directory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <numeric>
@@ -235,7 +236,13 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndNothingIsWritten) {
   long_bytes.shard.data = longer->data();
   long_bytes.shard.size = longer->size();
   long_bytes.bytes = longer;
+  OwnedShard huge = good("huge");  // 4 TiB declared, nothing sent: nothing may be allocated
+  huge.shard.shape = {int64_t{1} << 40};
+  huge.shard.box_start = {0};
+  huge.shard.box_length = {int64_t{1} << 40};
+  huge.shard.size = 0;
   std::vector<Case> cases = {
+      {"huge tensor without bytes", "r", {huge}, "data"},
       {"negative dim", "r", {negative}, "shape"},
       {"unknown dtype", "r", {bad_dtype}, "dtype"},
       {"string dtype", "r", {string_dtype}, "dtype"},
@@ -260,6 +267,10 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndNothingIsWritten) {
   auto status = client->Status();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->pending_steps_size(), 0);
+  // The socket directory admits only the daemon's user.
+  struct stat st;
+  ASSERT_EQ(::stat(DirName(cluster_->Address(0)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_EQ(status->bytes_staged(), 0);
 }
 

@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
 }
 
 absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
-                                        const std::vector<TensorShard>& shards, absl::Duration timeout) {
+                                        const std::vector<TensorShard>& shards, const SaveOptions& options) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(timeout));
+  ctx.set_deadline(DeadlineIn(options.timeout));
   v1::SaveResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer(stub_->Save(&ctx, &response));
   v1::SaveRequest message;
@@ -67,19 +67,30 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
   header->set_step(step);
   header->set_trainer_id(trainer_id);
   header->set_trainer_count(trainer_count);
+  header->set_mesh(options.mesh);
+  header->mutable_device_ids()->Add(options.device_ids.begin(), options.device_ids.end());
+  header->set_store_float32_as_bfloat16(options.store_float32_as_bfloat16);
+  for (const auto& [key, value] : options.trainer_state) (*header->mutable_trainer_state())[key] = value;
+  std::vector<std::pair<const void*, size_t>> pieces;
   for (const TensorShard& s : shards) {
     v1::TensorDescriptor* d = header->add_tensors();
     d->set_name(s.name);
     d->set_dtype(s.dtype);
     d->mutable_shape()->Add(s.shape.begin(), s.shape.end());
-    if (!s.box_start.empty() || !s.box_length.empty()) SetBox(d->mutable_box(), s.box_start, s.box_length);
+    if (s.use_layout) {
+      d->mutable_layout()->mutable_sharding_specs()->Add(s.sharding_specs.begin(), s.sharding_specs.end());
+      pieces.insert(pieces.end(), s.device_data.begin(), s.device_data.end());
+    } else {
+      if (!s.box_start.empty() || !s.box_length.empty()) SetBox(d->mutable_box(), s.box_start, s.box_length);
+      pieces.emplace_back(s.data, s.size);
+    }
   }
   bool open = writer->Write(message);
-  // Pack consecutive shards into chunks of up to 4 MiB.
+  // Pack consecutive pieces into chunks of up to 4 MiB.
   std::string chunk;
-  for (size_t i = 0; open && i < shards.size(); ++i) {
-    const char* p = static_cast<const char*>(shards[i].data);
-    size_t left = shards[i].size;
+  for (size_t i = 0; open && i < pieces.size(); ++i) {
+    const char* p = static_cast<const char*>(pieces[i].first);
+    size_t left = pieces[i].second;
     while (open && left > 0) {
       const size_t n = std::min(left, kChunkBytes - chunk.size());
       chunk.append(p, n);
@@ -104,6 +115,23 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
   return SaveResult{response.bytes_staged(), response.staging_seconds()};
 }
 
+absl::StatusOr<SaveResult> Client::SaveByName(const std::string& run, int64_t step, int trainer_id,
+                                              int trainer_count, const NamedTensors& tensors,
+                                              const SaveOptions& options) {
+  std::vector<TensorShard> shards;
+  for (const auto& [name, t] : tensors) {
+    TensorShard s;
+    s.name = name;
+    s.dtype = t.dtype;
+    s.shape = t.shape;
+    s.use_layout = true;
+    s.sharding_specs = t.sharding_specs;
+    for (const auto& [data, size] : t.device_data) s.device_data.emplace_back(data, size);
+    shards.push_back(std::move(s));
+  }
+  return Save(run, step, trainer_id, trainer_count, shards, options);
+}
+
 absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
@@ -115,9 +143,9 @@ absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration t
 }
 
 absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<int64_t> step,
-                                        const std::vector<RestoreTarget>& targets, absl::Duration timeout) {
+                                        const std::vector<RestoreTarget>& targets, const RestoreOptions& options) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(timeout));
+  ctx.set_deadline(DeadlineIn(options.timeout));
   v1::RestoreRequest request;
   request.set_run(run);
   if (step.has_value()) {
@@ -125,12 +153,28 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
   } else {
     request.set_latest(true);
   }
+  request.set_mesh(options.mesh);
+  request.mutable_device_ids()->Add(options.device_ids.begin(), options.device_ids.end());
+  request.set_trainer_id(options.trainer_id);
+  request.set_trainer_state(options.trainer_state != nullptr);
+  // Each target's reply is one byte stream, scattered over its buffers in order.
+  std::vector<std::vector<std::pair<void*, size_t>>> pieces;
+  std::vector<size_t> capacity;
   for (const RestoreTarget& t : targets) {
     v1::TensorRequest* r = request.add_tensors();
     r->set_name(t.name);
     r->set_dtype(t.dtype);
     r->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-    if (!t.box_start.empty() || !t.box_length.empty()) SetBox(r->mutable_box(), t.box_start, t.box_length);
+    if (t.use_layout) {
+      r->mutable_layout()->mutable_sharding_specs()->Add(t.sharding_specs.begin(), t.sharding_specs.end());
+      pieces.push_back(t.device_data);
+    } else {
+      if (!t.box_start.empty() || !t.box_length.empty()) SetBox(r->mutable_box(), t.box_start, t.box_length);
+      pieces.push_back({{t.data, t.size}});
+    }
+    size_t total = 0;
+    for (const auto& piece : pieces.back()) total += piece.second;
+    capacity.push_back(total);
   }
   std::unique_ptr<grpc::ClientReader<v1::RestoreResponse>> reader(stub_->Restore(&ctx, request));
   v1::RestoreResponse message;
@@ -140,35 +184,69 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
   while (reader->Read(&message)) {
     if (message.has_header()) {
       restored_step = message.header().step();
+      if (options.trainer_state != nullptr) {
+        for (const auto& [key, value] : message.header().trainer_state()) (*options.trainer_state)[key] = value;
+      }
       continue;
     }
     const v1::RestoreChunk& chunk = message.chunk();
     const size_t index = static_cast<size_t>(chunk.tensor_index());
     if (!problem.ok()) continue;
     if (index >= targets.size() || chunk.offset() < 0 ||
-        static_cast<size_t>(chunk.offset()) + chunk.data().size() > targets[index].size) {
+        static_cast<size_t>(chunk.offset()) + chunk.data().size() > capacity[index]) {
       problem = absl::InvalidArgumentError(absl::StrCat(
           "tensor '", index < targets.size() ? targets[index].name : "?",
-          "': the daemon sent more bytes than the target buffer holds"));
+          "': the daemon sent more bytes than the target buffers hold"));
       ctx.TryCancel();
       continue;
     }
-    std::memcpy(static_cast<char*>(targets[index].data) + chunk.offset(), chunk.data().data(), chunk.data().size());
+    size_t offset = static_cast<size_t>(chunk.offset());
+    const char* src = chunk.data().data();
+    size_t left = chunk.data().size();
+    for (const auto& [dst, size] : pieces[index]) {
+      if (left == 0) break;
+      if (offset >= size) {
+        offset -= size;
+        continue;
+      }
+      const size_t n = std::min(left, size - offset);
+      std::memcpy(static_cast<char*>(dst) + offset, src, n);
+      src += n;
+      left -= n;
+      offset = 0;
+    }
     received[index] += chunk.data().size();
   }
   grpc::Status status = reader->Finish();
   if (!problem.ok()) return problem;
   if (!status.ok()) return FromGrpcStatus(status);
   for (size_t i = 0; i < targets.size(); ++i) {
-    if (received[i] != targets[i].size) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the box holds ", received[i],
-                                                     " bytes but the target buffer is ", targets[i].size));
+    if (received[i] != capacity[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the daemon sent ", received[i],
+                                                     " bytes but the target buffers hold ", capacity[i]));
     }
   }
   return restored_step;
 }
 
-absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count, absl::Duration timeout) {
+absl::StatusOr<int64_t> Client::RestoreByName(const std::string& run, std::optional<int64_t> step,
+                                              const NamedTensors& tensors, const RestoreOptions& options) {
+  std::vector<RestoreTarget> targets;
+  for (const auto& [name, t] : tensors) {
+    RestoreTarget r;
+    r.name = name;
+    r.dtype = t.dtype;
+    r.shape = t.shape;
+    r.use_layout = true;
+    r.sharding_specs = t.sharding_specs;
+    r.device_data = t.device_data;
+    targets.push_back(std::move(r));
+  }
+  return Restore(run, step, targets, options);
+}
+
+absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count, absl::Duration timeout,
+                             const std::string& mesh, const std::vector<int64_t>& device_ids) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
   v1::BarrierRequest request;
@@ -176,6 +254,8 @@ absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer
   request.set_trainer_id(trainer_id);
   request.set_trainer_count(trainer_count);
   request.set_barrier_id(barrier_sequence_[run]++);
+  request.set_mesh(mesh);
+  request.mutable_device_ids()->Add(device_ids.begin(), device_ids.end());
   v1::BarrierResponse response;
   return FromGrpcStatus(stub_->Barrier(&ctx, request, &response));
 }

@@ -94,6 +94,47 @@ absl::StatusOr<uint32_t> StringTensorCrc(const char* data, size_t size, int64_t 
 
 }  // namespace
 
+absl::StatusOr<uint32_t> EntryChecksum(int dtype, int64_t elements, const char* data, size_t size) {
+  if (dtype != kString) return crc32c::Mask(crc32c::Value(data, size));
+  ASSIGN_OR_RETURN(uint32_t crc, StringTensorCrc(data, size, elements));
+  return crc32c::Mask(crc);
+}
+
+std::string EncodeStringScalar(const std::string& value) {
+  std::string out;
+  uint64_t len = value.size();
+  do {
+    const uint8_t byte = static_cast<uint8_t>(len & 0x7f);
+    len >>= 7;
+    out.push_back(static_cast<char>(byte | (len != 0 ? 0x80 : 0)));
+  } while (len != 0);
+  uint32_t crc = 0;
+  if (value.size() <= UINT32_MAX) {
+    const uint32_t len32 = static_cast<uint32_t>(value.size());
+    crc = crc32c::Value(reinterpret_cast<const char*>(&len32), 4);
+  } else {
+    const uint64_t len64 = value.size();
+    crc = crc32c::Value(reinterpret_cast<const char*>(&len64), 8);
+  }
+  const uint32_t masked = crc32c::Mask(crc);
+  out.append(reinterpret_cast<const char*>(&masked), 4);
+  out += value;
+  return out;
+}
+
+absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
+  uint64_t len = 0;
+  size_t pos = 0;
+  for (int shift = 0;; shift += 7) {
+    if (pos >= encoded.size() || shift > 63) return absl::DataLossError("malformed string scalar");
+    const uint8_t byte = static_cast<uint8_t>(encoded[pos++]);
+    len |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  if (encoded.size() - pos < 4 || encoded.size() - pos - 4 != len) return absl::DataLossError("malformed string scalar");
+  return encoded.substr(pos + 4);
+}
+
 std::string IndexPath(const std::string& prefix) { return prefix + ".index"; }
 
 std::string DataPath(const std::string& prefix, int shard, int num_shards) {
@@ -318,20 +359,14 @@ absl::Status BundleReader::ReadEntry(const std::string& key, const tf::BundleEnt
     return absl::DataLossError(absl::StrCat("tensor '", key, "': ", s.message()));
   }
   RETURN_IF_ERROR(s);
-  uint32_t actual = 0;
-  if (entry.dtype() == kString) {
-    int64_t elements = 1;
-    for (const auto& dim : entry.shape().dim()) elements *= dim.size();
-    absl::StatusOr<uint32_t> crc = StringTensorCrc(dst, static_cast<size_t>(entry.size()), elements);
-    if (!crc.ok()) {
-      return absl::DataLossError(absl::StrCat("tensor '", key, "': ", crc.status().message(), " in ", file_name,
-                                              " at offset ", entry.offset()));
-    }
-    actual = crc32c::Mask(*crc);
-  } else {
-    actual = crc32c::Mask(crc32c::Value(dst, static_cast<size_t>(entry.size())));
+  int64_t elements = 1;
+  for (const auto& dim : entry.shape().dim()) elements *= dim.size();
+  absl::StatusOr<uint32_t> actual = EntryChecksum(entry.dtype(), elements, dst, static_cast<size_t>(entry.size()));
+  if (!actual.ok()) {
+    return absl::DataLossError(absl::StrCat("tensor '", key, "': ", actual.status().message(), " in ", file_name,
+                                            " at offset ", entry.offset()));
   }
-  if (actual != entry.crc32c()) {
+  if (*actual != entry.crc32c()) {
     return absl::DataLossError(absl::StrCat("tensor '", key, "': checksum mismatch in ", file_name,
                                             " at offset ", entry.offset(), " (", entry.size(), " bytes)"));
   }

@@ -28,6 +28,16 @@ Box SliceProtoToBox(const tf::TensorSliceProto& slice, const Shape& shape);
 Shape ShapeFromProto(const tf::TensorShapeProto& proto);
 tf::TensorShapeProto ShapeToProto(const Shape& shape);
 
+// The masked crc32c TF stores for an entry's bytes. For string tensors TF checksums
+// each length as a fixed-width integer, not the varint bytes on disk, so the bytes
+// must parse as a string tensor of `elements` strings (DATA_LOSS otherwise).
+absl::StatusOr<uint32_t> EntryChecksum(int dtype, int64_t elements, const char* data, size_t size);
+
+// A string scalar in TF's on-disk form, and back (the reverse checks nothing; pair it
+// with EntryChecksum).
+std::string EncodeStringScalar(const std::string& value);
+absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded);
+
 // Collects index entries in any order and serializes them, sorted, as LevelDB writes a
 // table: block size 256 KiB, restart interval 16, no compression.
 class IndexBuilder {

@@ -32,6 +32,8 @@ class Collective {
                                                 absl::Time deadline) = 0;
   // The minimum of `value` over all ranks.
   virtual absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) = 0;
+  // The sum of `value` over all ranks.
+  virtual absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) = 0;
   virtual absl::Status Barrier(absl::Time deadline) = 0;
   // Ends the whole job; does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

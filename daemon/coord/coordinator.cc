@@ -12,6 +12,7 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/crc32c.h"
 #include "daemon/bundle/ordered_code.h"
+#include "daemon/layout/mesh.h"
 
 namespace ckptd {
 namespace {
@@ -75,6 +76,7 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   struct StepTally {
     std::set<int> counts;
     int staged = 0;
+    int64_t mesh_size = 0;
   };
   std::map<StepKey, StepTally> steps;
   std::map<std::pair<std::string, int64_t>, StepTally> barriers;
@@ -91,6 +93,7 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       StepTally& t = barriers[{b.run(), b.barrier_id()}];
       t.counts.insert(b.trainer_count());
       t.staged += b.arrived();
+      t.mesh_size = std::max(t.mesh_size, b.mesh_size());
     }
   }
   if (*stopping) return true;
@@ -120,13 +123,25 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   for (const auto& [key, tally] : barriers) {
     if (tally.counts.size() > 1 || tally.staged < *tally.counts.rbegin()) continue;
     worked = true;
-    RETURN_IF_ERROR(collective_->Barrier(absl::Now() + options_.commit_timeout));
-    registry_->FinishBarrier(key.first, key.second,
-                             tally.staged == *tally.counts.rbegin()
-                                 ? absl::OkStatus()
-                                 : absl::InvalidArgumentError(absl::StrCat(
-                                       "barrier ", key.second, " of run '", key.first, "': ",
-                                       tally.staged, " arrivals for ", *tally.counts.rbegin(), " trainers")));
+    const absl::Time deadline = absl::Now() + options_.commit_timeout;
+    // As DTensor's barrier does: the devices declared on all hosts must make up the mesh.
+    int64_t local_devices = 0;
+    for (const auto& b : mine.barriers()) {
+      if (b.run() == key.first && b.barrier_id() == key.second) local_devices = b.devices();
+    }
+    ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, deadline));
+    RETURN_IF_ERROR(collective_->Barrier(deadline));
+    absl::Status outcome = absl::OkStatus();
+    if (tally.staged != *tally.counts.rbegin()) {
+      outcome = absl::InvalidArgumentError(absl::StrCat("barrier ", key.second, " of run '", key.first, "': ",
+                                                        tally.staged, " arrivals for ", *tally.counts.rbegin(),
+                                                        " trainers"));
+    } else if (tally.mesh_size > 0 && devices != tally.mesh_size) {
+      outcome = absl::FailedPreconditionError(absl::StrCat(
+          "barrier ", key.second, " of run '", key.first, "': trainers on all hosts declared ", devices,
+          " devices but the mesh has ", tally.mesh_size));
+    }
+    registry_->FinishBarrier(key.first, key.second, outcome);
   }
   return worked;
 }
@@ -158,19 +173,33 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
       s->mutable_start()->Add(t.box.start.begin(), t.box.start.end());
       s->mutable_length()->Add(t.box.length.begin(), t.box.length.end());
       s->set_trainer(p.trainer_id);
+      s->set_bytes(t.bytes.size());
+      s->set_has_layout(t.has_layout);
+      s->mutable_sharding_specs()->Add(t.sharding_specs.begin(), t.sharding_specs.end());
     }
+    internal::TrainerDevices* d = local.add_trainers();
+    d->set_trainer(p.trainer_id);
+    d->set_mesh(p.mesh);
+    d->mutable_device_ids()->Add(p.device_ids.begin(), p.device_ids.end());
   }
   ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(local.SerializeAsString(), deadline));
   std::vector<ShardRef> shards;
+  std::vector<TrainerDevices> trainers;
   for (int host = 0; host < static_cast<int>(all.size()); ++host) {
     internal::ShardList list;
     list.ParseFromString(all[host]);
     for (const internal::Shard& s : list.shards()) {
       shards.push_back({s.name(), s.dtype(), Shape(s.shape().begin(), s.shape().end()),
-                        BoxOf(s.start(), s.length()), host, s.trainer()});
+                        BoxOf(s.start(), s.length()), host, s.trainer(), s.bytes(), s.has_layout(),
+                        std::vector<std::string>(s.sharding_specs().begin(), s.sharding_specs().end())});
+    }
+    for (const internal::TrainerDevices& t : list.trainers()) {
+      trainers.push_back({t.trainer(), host, t.mesh(), {t.device_ids().begin(), t.device_ids().end()}});
     }
   }
-  absl::StatusOr<SavePlan> plan = MakeSavePlan(shards, collective_->size());
+  absl::StatusOr<std::string> mesh = CheckMeshCoverage(trainers);
+  absl::StatusOr<SavePlan> plan = mesh.ok() ? MakeSavePlan(shards, collective_->size()) : mesh.status();
+  if (plan.ok()) plan->mesh = *mesh;
   if (!plan.ok()) {
     spdlog::warn("run '{}' step {}: plan rejected: {}", key.run, key.step, std::string(plan.status().message()));
     registry_->FinishStep(key, plan.status(), 0);
@@ -252,7 +281,9 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
       e->set_shard(rank);
       e->set_offset(offset);
       e->set_size(bytes.size());
-      e->set_crc32c(crc32c::Mask(crc32c::Value(bytes.data(), static_cast<size_t>(bytes.size()))));
+      ASSIGN_OR_RETURN(uint32_t crc, EntryChecksum(t.dtype, b.box.NumElements(), bytes.data(),
+                                                   static_cast<size_t>(bytes.size())));
+      e->set_crc32c(crc);
       offset += bytes.size();
     }
   }
@@ -312,7 +343,12 @@ absl::Status Coordinator::MergeAndPublish(const StepKey& key, int trainer_count,
     for (const PlannedBox& b : t.boxes) {
       boxes.push_back({{"start", b.box.start}, {"length", b.box.length}, {"writer", b.writer}});
     }
-    tensors.push_back({{"name", t.name}, {"dtype", DataTypeName(t.dtype)}, {"shape", t.shape}, {"boxes", boxes}});
+    nlohmann::json tensor = {{"name", t.name}, {"dtype", DataTypeName(t.dtype)}, {"shape", t.shape}, {"boxes", boxes}};
+    if (t.has_layout && !plan.mesh.empty()) {
+      auto mesh = ParseMesh(plan.mesh);
+      if (mesh.ok()) tensor["layout"] = Layout{t.sharding_specs, *mesh}.ToString();
+    }
+    tensors.push_back(std::move(tensor));
 
     if (t.boxes.size() == 1 && t.boxes[0].box.IsFull(t.shape)) {
       ASSIGN_OR_RETURN(tf::BundleEntryProto e, entry_for(t.boxes[0]));
@@ -339,6 +375,7 @@ absl::Status Coordinator::MergeAndPublish(const StepKey& key, int trainer_count,
       {"step", key.step},
       {"num_hosts", num_shards},
       {"trainer_count", trainer_count},
+      {"mesh", plan.mesh},
       {"created_unix", absl::ToUnixSeconds(absl::Now())},
       {"bytes_per_host", plan.bytes_per_host},
       {"hosts", hosts},

@@ -87,6 +87,15 @@ class MpiCollective : public Collective {
     return out;
   }
 
+  absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) override {
+    int64_t out = 0;
+    MPI_Request req;
+    RETURN_IF_ERROR(Check(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &req),
+                          "MPI_Iallreduce"));
+    RETURN_IF_ERROR(WaitFor(&req, deadline, "allreduce"));
+    return out;
+  }
+
   absl::Status Barrier(absl::Time deadline) override {
     MPI_Request req;
     RETURN_IF_ERROR(Check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier"));

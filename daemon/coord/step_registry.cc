@@ -1,5 +1,7 @@
 #include "daemon/coord/step_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ckptd {
@@ -47,10 +49,12 @@ void StepRegistry::AddStepWaiter(const StepKey& key, Waiter w) {
 }
 
 void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count,
-                                    Waiter w) {
+                                    int64_t devices, int64_t mesh_size, Waiter w) {
   std::lock_guard<std::mutex> lock(mu_);
   PendingBarrier& b = barriers_[{run, barrier_id}];
   b.trainer_count = trainer_count;
+  b.devices += devices;
+  b.mesh_size = std::max(b.mesh_size, mesh_size);
   b.waiters.push_back(std::move(w));
 }
 
@@ -71,6 +75,8 @@ internal::RoundState StepRegistry::Snapshot() {
     p->set_barrier_id(key.second);
     p->set_trainer_count(b.trainer_count);
     p->set_arrived(static_cast<int>(b.waiters.size()));
+    p->set_devices(b.devices);
+    p->set_mesh_size(b.mesh_size);
   }
   return state;
 }

@@ -45,7 +45,9 @@ class StepRegistry {
 
   // Calls w.done now if the step's outcome is known, else when it is.
   void AddStepWaiter(const StepKey& key, Waiter w);
-  void AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count, Waiter w);
+  // `devices` and `mesh_size` are 0 when the trainer declared no mesh.
+  void AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count, int64_t devices,
+                        int64_t mesh_size, Waiter w);
 
   // Coordinator side.
   internal::RoundState Snapshot();
@@ -71,6 +73,8 @@ class StepRegistry {
   };
   struct PendingBarrier {
     int trainer_count = 0;
+    int64_t devices = 0;
+    int64_t mesh_size = 0;
     std::vector<Waiter> waiters;
   };
   static constexpr size_t kOutcomesKept = 4096;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
+#include "daemon/layout/mesh.h"
 
 namespace ckptd {
 namespace {
@@ -18,6 +19,49 @@ std::string ShapeString(const Shape& shape) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> CheckMeshCoverage(const std::vector<TrainerDevices>& trainers) {
+  const TrainerDevices* first = nullptr;
+  for (const TrainerDevices& t : trainers) {
+    if (!t.mesh.empty()) first = &t;
+  }
+  if (first == nullptr) return std::string();
+  ASSIGN_OR_RETURN(Mesh mesh, ParseMesh(first->mesh));
+  std::map<int64_t, int> holder;  // device -> trainer
+  for (const TrainerDevices& t : trainers) {
+    if (t.mesh.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("trainer ", t.trainer, " (host ", t.host,
+                                                     ") declared no mesh but trainer ", first->trainer,
+                                                     " declared ", mesh.Identity()));
+    }
+    ASSIGN_OR_RETURN(Mesh other, ParseMesh(t.mesh));
+    if (other.Identity() != mesh.Identity()) {
+      return absl::InvalidArgumentError(absl::StrCat("hosts disagree on the mesh: trainer ", first->trainer,
+                                                     " (host ", first->host, ") declared ", mesh.Identity(),
+                                                     " but trainer ", t.trainer, " (host ", t.host, ") declared ",
+                                                     other.Identity()));
+    }
+    for (int64_t d : t.device_ids) {
+      auto [it, inserted] = holder.emplace(d, t.trainer);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat("device ", d, " is claimed by trainers ", it->second, " and ",
+                                                       t.trainer));
+      }
+    }
+  }
+  std::vector<int64_t> missing;
+  for (int64_t d : mesh.global_device_ids) {
+    if (holder.count(d) == 0) missing.push_back(d);
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("devices ", absl::StrJoin(missing, ","), " of mesh ",
+                                                   mesh.Identity(), " belong to no trainer"));
+  }
+  // Recorded without the per-host local parts.
+  mesh.local_device_ids.clear();
+  mesh.local_devices.clear();
+  return mesh.ToString();
+}
 
 absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int num_hosts) {
   std::map<int, int> host_of_trainer;
@@ -33,7 +77,9 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
   // name -> (box -> holder hosts); first shard seen fixes dtype and shape.
   struct Pending {
     const ShardRef* first = nullptr;
+    const ShardRef* layout = nullptr;  // first shard saved with a layout
     std::map<Box, std::set<int>> holders;
+    std::map<Box, int64_t> staged_bytes;
   };
   std::map<std::string, Pending> by_name;
   for (const ShardRef& s : shards) {
@@ -52,7 +98,9 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));
     }
+    if (s.has_layout && p.layout == nullptr) p.layout = &s;
     p.holders[s.box].insert(s.host);
+    p.staged_bytes[s.box] = s.bytes;
   }
 
   SavePlan plan;
@@ -68,6 +116,8 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     t.name = name;
     t.dtype = pending.first->dtype;
     t.shape = pending.first->shape;
+    t.has_layout = pending.layout != nullptr;
+    if (t.has_layout) t.sharding_specs = pending.layout->sharding_specs;
     std::vector<Box> distinct;
     for (const auto& [box, hosts] : pending.holders) distinct.push_back(box);
     RETURN_IF_ERROR(CheckTiling(distinct, t.shape, absl::StrCat("tensor '", name, "'")));
@@ -75,7 +125,7 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     for (const Box& box : distinct) {
       PlannedBox pb;
       pb.box = box;
-      pb.bytes = box.NumElements() * element_size;
+      pb.bytes = element_size > 0 ? box.NumElements() * element_size : pending.staged_bytes[box];
       order.push_back({pb.bytes, plan.tensors.size(), t.boxes.size()});
       t.boxes.push_back(std::move(pb));
     }

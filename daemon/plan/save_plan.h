@@ -21,6 +21,17 @@ struct ShardRef {
   Box box;
   int host = 0;     // MPI rank of the daemon holding it
   int trainer = 0;  // trainer id within the job
+  int64_t bytes = 0;  // staged bytes (what balancing counts for variable-size types)
+  bool has_layout = false;
+  std::vector<std::string> sharding_specs;
+};
+
+// The devices one trainer declared, for the mesh coverage check.
+struct TrainerDevices {
+  int trainer = 0;
+  int host = 0;
+  std::string mesh;  // DTensor mesh string; empty when the trainer used boxes only
+  std::vector<int64_t> device_ids;
 };
 
 struct PlannedBox {
@@ -34,12 +45,20 @@ struct PlannedTensor {
   int dtype = 0;
   Shape shape;
   std::vector<PlannedBox> boxes;  // sorted by box
+  bool has_layout = false;
+  std::vector<std::string> sharding_specs;
 };
 
 struct SavePlan {
+  std::string mesh;                    // recorded mesh, empty when none was used
   std::vector<PlannedTensor> tensors;  // sorted by name
   std::vector<int64_t> bytes_per_host;
 };
+
+// When any trainer declared a mesh: every trainer declared the same mesh (name, dims
+// and global ids) and together they hold every device of it exactly once. Returns
+// the mesh string to record (empty when no trainer used a mesh).
+absl::StatusOr<std::string> CheckMeshCoverage(const std::vector<TrainerDevices>& trainers);
 
 // INVALID_ARGUMENT naming the tensor when dtypes or shapes disagree, boxes overlap or
 // leave a gap, or one trainer id appears on two hosts.

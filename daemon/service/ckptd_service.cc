@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/layout/cast.h"
 #include "daemon/service/validation.h"
 
 namespace ckptd {
@@ -35,26 +37,32 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
     return absl::InvalidArgumentError("header: the first message of a Save stream must be a header");
   }
   const v1::SaveHeader header = message.header();
+  ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
   std::vector<CheckedTensor> tensors;
-  RETURN_IF_ERROR(ValidateSaveHeader(header, &tensors));
+  RETURN_IF_ERROR(ValidateSaveHeader(header, placement, &tensors));
   if (store_->IsCommitted(header.run(), header.step())) {
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
 
-  TrainerPayload payload;
-  payload.trainer_id = header.trainer_id();
-  std::vector<int64_t> sizes;
+  // One segment per box, in stream order: a tensor's box, or each of its device boxes.
+  struct Segment {
+    size_t tensor;
+    Box box;
+    int64_t bytes;
+    StagedBuffer buffer;
+  };
+  std::vector<Segment> segments;
   int64_t expected = 0;
-  for (CheckedTensor& t : tensors) {
-    if (t.bytes > INT64_MAX - expected) return absl::InvalidArgumentError("tensors: total bytes overflow");
-    expected += t.bytes;
-    sizes.push_back(t.bytes);
-    payload.tensors.push_back({std::move(t.name), t.dtype, std::move(t.shape), std::move(t.box), StagedBuffer()});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].bytes > INT64_MAX - expected) return absl::InvalidArgumentError("tensors: total bytes overflow");
+    expected += tensors[i].bytes;
+    const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
+    for (const Box& box : tensors[i].boxes) segments.push_back({i, box, box.NumElements() * element_size, {}});
   }
-  // Bytes arrive as one stream: fill tensor buffers in descriptor order. A buffer is
-  // allocated when its first byte arrives, so a header alone reserves no memory.
-  size_t tensor = 0;
-  int64_t filled = 0;  // bytes of payload.tensors[tensor] filled so far
+  // Bytes arrive as one stream. A segment's buffer is allocated when its first byte
+  // arrives, so a header alone reserves no memory.
+  size_t current = 0;
+  int64_t filled = 0;  // bytes of segments[current] filled so far
   int64_t received = 0;
   while (reader->Read(&message)) {
     if (!message.has_data() && message.has_header()) {
@@ -71,16 +79,16 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
     received += static_cast<int64_t>(data.size());
     size_t used = 0;
     while (used < data.size()) {
-      while (tensor < payload.tensors.size() && filled == sizes[tensor]) {
-        ++tensor;
+      while (filled == segments[current].bytes) {
+        ++current;
         filled = 0;
       }
-      StagedBuffer& buf = payload.tensors[tensor].bytes;
-      if (!buf.allocated()) {
-        ASSIGN_OR_RETURN(buf, staging_->Allocate(sizes[tensor]));
+      Segment& seg = segments[current];
+      if (!seg.buffer.allocated()) {
+        ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes));
       }
-      const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(buf.size() - filled));
-      std::memcpy(buf.data() + filled, data.data() + used, n);
+      const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(seg.bytes - filled));
+      std::memcpy(seg.buffer.data() + filled, data.data() + used, n);
       filled += static_cast<int64_t>(n);
       used += n;
     }
@@ -89,10 +97,34 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
     return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
                                                    expected, " (box elements x dtype size, summed)"));
   }
-  for (size_t i = 0; i < payload.tensors.size(); ++i) {  // empty tensors received no chunk
-    if (!payload.tensors[i].bytes.allocated()) {
-      ASSIGN_OR_RETURN(payload.tensors[i].bytes, staging_->Allocate(sizes[i]));
+
+  TrainerPayload payload;
+  payload.trainer_id = header.trainer_id();
+  payload.mesh = header.mesh();
+  payload.device_ids = placement.device_ids;
+  std::set<std::pair<size_t, Box>> seen;  // devices of one trainer holding the same box
+  for (Segment& seg : segments) {
+    if (!seen.insert({seg.tensor, seg.box}).second) continue;
+    if (!seg.buffer.allocated()) {  // an empty box received no chunk
+      ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(0));
     }
+    const CheckedTensor& t = tensors[seg.tensor];
+    StagedTensor staged{t.name, t.dtype, t.shape, seg.box, std::move(seg.buffer), t.has_layout, t.sharding_specs};
+    if (header.store_float32_as_bfloat16() && staged.dtype == kFloat) {
+      const size_t count = static_cast<size_t>(staged.box.NumElements());
+      ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2)));
+      RETURN_IF_ERROR(ConvertElements(kFloat, staged.bytes.data(), kBfloat16, narrow.data(), count));
+      staged.bytes = std::move(narrow);
+      staged.dtype = kBfloat16;
+    }
+    payload.tensors.push_back(std::move(staged));
+  }
+  for (const auto& [key, value] : header.trainer_state()) {
+    const std::string encoded = EncodeStringScalar(value);
+    ASSIGN_OR_RETURN(StagedBuffer buffer, staging_->Allocate(static_cast<int64_t>(encoded.size())));
+    std::memcpy(buffer.data(), encoded.data(), encoded.size());
+    payload.tensors.push_back(
+        {TrainerStateName(header.trainer_id(), key), kString, {}, Box{}, std::move(buffer), false, {}});
   }
   RETURN_IF_ERROR(registry_->Stage({header.run(), header.step()}, header.trainer_count(), std::move(payload)));
   response->set_bytes_staged(expected);
@@ -127,11 +159,15 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
                  request->trainer_id() >= request->trainer_count())) {
     s = absl::InvalidArgumentError("trainer_id: must lie in [0, trainer_count) with trainer_count >= 1");
   }
+  absl::StatusOr<Placement> placement = ValidatePlacement(request->mesh(), request->device_ids());
+  if (s.ok() && !placement.ok()) s = placement.status();
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
+  const int64_t mesh_size = placement->mesh.has_value() ? placement->mesh->size() : 0;
   registry_->AddBarrierWaiter(request->run(), request->barrier_id(), request->trainer_count(),
+                              static_cast<int64_t>(placement->device_ids.size()), mesh_size,
                               Waiter{[ctx] { return ctx->IsCancelled(); },
                                      [reactor](const absl::Status& st) { reactor->Finish(ToGrpcStatus(st)); }});
   return reactor;
@@ -147,6 +183,7 @@ grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRe
 absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
                                      grpc::ServerWriter<v1::RestoreResponse>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
+  ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
   int64_t step = request.step();
   if (request.latest()) {
     ASSIGN_OR_RETURN(step, store_->LatestStep(request.run()));
@@ -157,8 +194,13 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
                    BundleReader::Open(store_->fs(), prefix, context_.max_index_bytes));
 
-  std::vector<TensorInfo> infos;
-  std::vector<Box> boxes;
+  struct Planned {
+    TensorInfo info;
+    int dtype;               // as the caller wants it
+    std::vector<Box> boxes;  // concatenated in the reply
+    int64_t bytes = 0;
+  };
+  std::vector<Planned> planned;
   v1::RestoreResponse header_message;
   v1::RestoreHeader* header = header_message.mutable_header();
   header->set_step(step);
@@ -166,36 +208,78 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
     const v1::TensorRequest& want = request.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");
     ASSIGN_OR_RETURN(TensorInfo info, reader->Lookup(want.name()));
-    if (want.dtype() != 0 && want.dtype() != info.dtype) {
+    const int dtype = want.dtype() == 0 ? info.dtype : want.dtype();
+    if (dtype != info.dtype && !IsConvertible(info.dtype, dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: tensor '", want.name(), "' is stored as ",
-                                                     DataTypeName(info.dtype), ", not ", DataTypeName(want.dtype())));
-    }
-    if (want.shape_size() > 0 && Shape(want.shape().begin(), want.shape().end()) != info.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".shape: tensor '", want.name(),
-                                                     "' has a different stored shape"));
-    }
-    Box box = BoxFromProto(want.box(), info.shape, want.has_box());
-    if (absl::Status s = CheckBoxInShape(box, info.shape); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", want.name(), "'): ", s.message()));
+                                                     DataTypeName(info.dtype), " and cannot be restored as ",
+                                                     DataTypeName(dtype)));
     }
     if (DataTypeSize(info.dtype) == 0) {
       return absl::UnimplementedError(absl::StrCat("tensor '", want.name(), "' has dtype ",
                                                    DataTypeName(info.dtype), ", which Restore cannot return"));
     }
+    if (want.shape_size() > 0 && Shape(want.shape().begin(), want.shape().end()) != info.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".shape: tensor '", want.name(),
+                                                     "' has a different stored shape"));
+    }
+    Planned p{std::move(info), dtype, {}, 0};
+    if (want.has_layout()) {
+      std::vector<std::string> specs(want.layout().sharding_specs().begin(), want.layout().sharding_specs().end());
+      auto boxes = DeviceBoxes(specs, p.info.shape, placement);
+      if (!boxes.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", want.name(), "'): ", boxes.status().message()));
+      }
+      p.boxes = std::move(*boxes);
+    } else {
+      Box box = BoxFromProto(want.box(), p.info.shape, want.has_box());
+      if (absl::Status s = CheckBoxInShape(box, p.info.shape); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", want.name(), "'): ", s.message()));
+      }
+      p.boxes.push_back(std::move(box));
+    }
     v1::TensorDescriptor* d = header->add_tensors();
-    d->set_name(info.name);
-    d->set_dtype(info.dtype);
-    d->mutable_shape()->Add(info.shape.begin(), info.shape.end());
-    d->mutable_box()->mutable_start()->Add(box.start.begin(), box.start.end());
-    d->mutable_box()->mutable_length()->Add(box.length.begin(), box.length.end());
-    infos.push_back(std::move(info));
-    boxes.push_back(std::move(box));
+    d->set_name(p.info.name);
+    d->set_dtype(dtype);
+    d->mutable_shape()->Add(p.info.shape.begin(), p.info.shape.end());
+    for (const Box& box : p.boxes) {
+      p.bytes += box.NumElements() * static_cast<int64_t>(DataTypeSize(dtype));
+      v1::Box* b = want.has_layout() ? d->add_device_boxes() : d->mutable_box();
+      b->mutable_start()->Add(box.start.begin(), box.start.end());
+      b->mutable_length()->Add(box.length.begin(), box.length.end());
+    }
+    planned.push_back(std::move(p));
   }
+  if (request.trainer_state()) {
+    const std::string prefix_name = TrainerStateName(request.trainer_id(), "");
+    for (const std::string& name : reader->TensorNames()) {
+      if (name.rfind(prefix_name, 0) != 0) continue;
+      const tf::BundleEntryProto& entry = *reader->Find(name);
+      RETURN_IF_ERROR(reader->CheckEntryRange(name, entry));
+      std::string encoded(static_cast<size_t>(entry.size()), '\0');
+      RETURN_IF_ERROR(reader->ReadEntry(name, entry, encoded.data()));
+      ASSIGN_OR_RETURN(std::string value, DecodeStringScalar(encoded));
+      (*header->mutable_trainer_state())[name.substr(prefix_name.size())] = std::move(value);
+    }
+  }
+
   // Read everything before sending anything, so a corrupt shard fails the whole call.
-  std::vector<std::string> buffers(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
-    buffers[i].resize(static_cast<size_t>(boxes[i].NumElements()) * DataTypeSize(infos[i].dtype));
-    RETURN_IF_ERROR(reader->ReadBox(infos[i], boxes[i], buffers[i].data()));
+  std::vector<std::string> buffers(planned.size());
+  std::string stored;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Planned& p = planned[i];
+    buffers[i].resize(static_cast<size_t>(p.bytes));
+    char* out = buffers[i].data();
+    for (const Box& box : p.boxes) {
+      const size_t count = static_cast<size_t>(box.NumElements());
+      if (p.dtype == p.info.dtype) {
+        RETURN_IF_ERROR(reader->ReadBox(p.info, box, out));
+      } else {
+        stored.resize(count * DataTypeSize(p.info.dtype));
+        RETURN_IF_ERROR(reader->ReadBox(p.info, box, stored.data()));
+        RETURN_IF_ERROR(ConvertElements(p.info.dtype, stored.data(), p.dtype, out, count));
+      }
+      out += count * DataTypeSize(p.dtype);
+    }
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
   for (size_t i = 0; i < buffers.size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 
@@ -31,7 +32,46 @@ Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box) {
   return Box{{proto.start().begin(), proto.start().end()}, {proto.length().begin(), proto.length().end()}};
 }
 
-absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<CheckedTensor>* out) {
+std::string TrainerStateName(int trainer_id, const std::string& key) {
+  return absl::StrCat(kTrainerStatePrefix, trainer_id, "/", key);
+}
+
+absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
+                                            const google::protobuf::RepeatedField<int64_t>& device_ids) {
+  Placement placement;
+  if (mesh.empty()) {
+    if (!device_ids.empty()) return absl::InvalidArgumentError("device_ids: given without a mesh");
+    return placement;
+  }
+  auto parsed = ParseMesh(mesh);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("mesh: ", parsed.status().message()));
+  if (device_ids.empty()) return absl::InvalidArgumentError("device_ids: a mesh needs this trainer's device ids");
+  std::set<int64_t> seen;
+  for (int64_t id : device_ids) {
+    if (!seen.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("device_ids: ", id, " appears twice"));
+    if (!parsed->Coordinates(id).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("device_ids: ", id, " is not a device of mesh ", parsed->Identity()));
+    }
+  }
+  placement.mesh = std::move(*parsed);
+  placement.device_ids.assign(device_ids.begin(), device_ids.end());
+  return placement;
+}
+
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
+                                             const Placement& placement) {
+  if (!placement.mesh.has_value()) return absl::InvalidArgumentError("layout: the request declares no mesh");
+  ASSIGN_OR_RETURN(Layout layout, MakeLayout(sharding_specs, *placement.mesh));
+  std::vector<Box> boxes;
+  for (int64_t device : placement.device_ids) {
+    ASSIGN_OR_RETURN(Box box, layout.BoxFor(shape, device));
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
+}
+
+absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,
+                                std::vector<CheckedTensor>* out) {
   if (absl::Status s = ValidateRunName(header.run()); !s.ok()) return s;
   if (header.step() < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", header.step(), " is negative"));
   if (header.trainer_count() < 1) {
@@ -40,6 +80,12 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<Checke
   if (header.trainer_id() < 0 || header.trainer_id() >= header.trainer_count()) {
     return absl::InvalidArgumentError(absl::StrCat("trainer_id: ", header.trainer_id(), " is outside [0, ",
                                                    header.trainer_count(), ")"));
+  }
+  for (const auto& [key, value] : header.trainer_state()) {
+    if (key.empty() || key.size() > kMaxStateKeyLength || key.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("trainer_state: key must be 1-", kMaxStateKeyLength,
+                                                     " bytes without NUL"));
+    }
   }
   std::set<std::string> names;
   for (int i = 0; i < header.tensors_size(); ++i) {
@@ -50,6 +96,9 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<Checke
     }
     if (t.name().find('\0') != std::string::npos || t.name()[0] == '\0') {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: must not contain NUL"));
+    }
+    if (t.name().rfind("_ckptd/", 0) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: the prefix '_ckptd/' is reserved"));
     }
     if (!names.insert(t.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
@@ -69,15 +118,29 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<Checke
     if (absl::Status s = CheckShape(c.shape, &elements); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".shape ('", t.name(), "'): ", s.message()));
     }
-    c.box = BoxFromProto(t.box(), c.shape, t.has_box());
-    if (absl::Status s = CheckBoxInShape(c.box, c.shape); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): ", s.message()));
+    if (t.has_layout()) {
+      if (t.has_box()) return absl::InvalidArgumentError(absl::StrCat(field, ": give a box or a layout, not both"));
+      c.has_layout = true;
+      c.sharding_specs.assign(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
+      auto boxes = DeviceBoxes(c.sharding_specs, c.shape, placement);
+      if (!boxes.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", t.name(), "'): ", boxes.status().message()));
+      }
+      c.boxes = std::move(*boxes);
+    } else {
+      Box box = BoxFromProto(t.box(), c.shape, t.has_box());
+      if (absl::Status s = CheckBoxInShape(box, c.shape); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): ", s.message()));
+      }
+      c.boxes.push_back(std::move(box));
     }
     const int64_t element_size = static_cast<int64_t>(DataTypeSize(c.dtype));
-    if (c.box.NumElements() > INT64_MAX / element_size) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): too many bytes"));
+    for (const Box& box : c.boxes) {
+      if (box.NumElements() > (INT64_MAX - c.bytes) / element_size) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): too many bytes"));
+      }
+      c.bytes += box.NumElements() * element_size;
     }
-    c.bytes = c.box.NumElements() * element_size;
     out->push_back(std::move(c));
   }
   return absl::OkStatus();

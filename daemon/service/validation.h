@@ -4,11 +4,13 @@
 #define CKPTD_DAEMON_SERVICE_VALIDATION_H_
 
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "ckptd/v1/ckptd.pb.h"
 #include "daemon/layout/box.h"
+#include "daemon/layout/mesh.h"
 
 namespace ckptd {
 
@@ -20,16 +22,41 @@ inline constexpr int kMaxRank = 32;
 // A run name becomes a directory: 1-128 characters of [A-Za-z0-9._-], not "." or "..".
 absl::Status ValidateRunName(const std::string& run);
 
+inline constexpr size_t kMaxStateKeyLength = 256;
+inline constexpr char kTrainerStatePrefix[] = "_ckptd/trainer_state/";
+
+// The tensor name under which trainer `trainer_id` keeps state `key`: no two
+// trainers' names can collide, and no user tensor (names may not start with "_ckptd/").
+std::string TrainerStateName(int trainer_id, const std::string& key);
+
+// A request's placement: its mesh (if any) and the trainer's devices on it.
+struct Placement {
+  std::optional<Mesh> mesh;
+  std::vector<int64_t> device_ids;
+};
+// An empty mesh string with no device ids is "no mesh". Otherwise the mesh must parse,
+// and device ids must be non-empty, distinct and in the mesh.
+absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
+                                            const google::protobuf::RepeatedField<int64_t>& device_ids);
+
 struct CheckedTensor {
   std::string name;
   int dtype = 0;
   Shape shape;
-  Box box;
-  int64_t bytes = 0;
+  // One box without a layout; with one, the box of each device, in device_ids order.
+  std::vector<Box> boxes;
+  bool has_layout = false;
+  std::vector<std::string> sharding_specs;
+  int64_t bytes = 0;  // all boxes together
 };
 
+// The boxes of a tensor with a layout, one per device of `placement`.
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
+                                             const Placement& placement);
+
 // Checks every descriptor of a Save header (name, dtype, shape, box, duplicates).
-absl::Status ValidateSaveHeader(const v1::SaveHeader& header, std::vector<CheckedTensor>* out);
+absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,
+                                std::vector<CheckedTensor>* out);
 
 // Box from the wire; an unset box means the whole tensor.
 Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box);

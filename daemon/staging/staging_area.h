@@ -45,11 +45,15 @@ struct StagedTensor {
   Shape shape;
   Box box;
   StagedBuffer bytes;
+  bool has_layout = false;                  // saved with a DTensor layout...
+  std::vector<std::string> sharding_specs;  // ...these specs over the trainer's mesh
 };
 
-// All tensors one trainer staged for one step.
+// All tensors one trainer staged for one step, and where its devices sit.
 struct TrainerPayload {
   int trainer_id = 0;
+  std::string mesh;  // DTensor mesh string; empty when the trainer sent boxes only
+  std::vector<int64_t> device_ids;
   std::vector<StagedTensor> tensors;
 };
 

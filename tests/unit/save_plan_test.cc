@@ -8,7 +8,7 @@ namespace ckptd {
 namespace {
 
 ShardRef Shard(const std::string& name, Shape shape, Box box, int host, int trainer, int dtype = 1) {
-  return {name, dtype, std::move(shape), std::move(box), host, trainer};
+  return {name, dtype, std::move(shape), std::move(box), host, trainer, 0, false, {}};
 }
 
 TEST(SavePlanTest, ReplicatedBoxWrittenOnce) {

@@ -25,14 +25,14 @@ v1::SaveHeader GoodHeader() {
 
 void ExpectInvalid(const v1::SaveHeader& h, const std::string& field) {
   std::vector<CheckedTensor> out;
-  absl::Status s = ValidateSaveHeader(h, &out);
+  absl::Status s = ValidateSaveHeader(h, Placement{}, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find(field), absl::string_view::npos) << s;
 }
 
 TEST(ValidationTest, GoodHeader) {
   std::vector<CheckedTensor> out;
-  ASSERT_TRUE(ValidateSaveHeader(GoodHeader(), &out).ok());
+  ASSERT_TRUE(ValidateSaveHeader(GoodHeader(), Placement{}, &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].bytes, 16);
 }

@@ -25,7 +25,9 @@ enum ClientDataType : int {
   kDtUint32 = 22, kDtUint64 = 23,
 };
 
-// One shard a trainer saves: `data` holds the box's elements row-major.
+// One shard a trainer saves: `data` holds the box's elements row-major. With
+// use_layout, the tensor follows a DTensor layout over the options' mesh instead, and
+// device_data holds one buffer per device of options.device_ids, in that order.
 struct TensorShard {
   std::string name;
   int dtype = kDtFloat;
@@ -34,9 +36,14 @@ struct TensorShard {
   std::vector<int64_t> box_length;
   const void* data = nullptr;
   size_t size = 0;                  // bytes
+  bool use_layout = false;
+  std::vector<std::string> sharding_specs;  // per dimension: a mesh dimension or "unsharded"
+  std::vector<std::pair<const void*, size_t>> device_data;
 };
 
-// Where a restored box goes. dtype 0 and an empty shape skip those checks.
+// Where a restored box goes. dtype 0 and an empty shape skip those checks; a dtype
+// other than the stored one converts between float32, bfloat16 and float16. With
+// use_layout, device_data receives one box per device of options.device_ids.
 struct RestoreTarget {
   std::string name;
   int dtype = 0;
@@ -45,12 +52,43 @@ struct RestoreTarget {
   std::vector<int64_t> box_length;
   void* data = nullptr;
   size_t size = 0;                  // must equal the box's bytes exactly
+  bool use_layout = false;
+  std::vector<std::string> sharding_specs;
+  std::vector<std::pair<void*, size_t>> device_data;
+};
+
+struct SaveOptions {
+  // DTensor mesh string ("|x=2,y=4|0,...,7|0,1|/job:...,..."); needed for layouts.
+  std::string mesh;
+  std::vector<int64_t> device_ids;  // this trainer's global device ids on the mesh
+  bool store_float32_as_bfloat16 = false;
+  std::map<std::string, std::string> trainer_state;  // opaque, returned to this trainer id only
+  absl::Duration timeout = absl::Minutes(10);
+};
+
+struct RestoreOptions {
+  std::string mesh;  // may differ from the mesh the checkpoint was saved on
+  std::vector<int64_t> device_ids;
+  int trainer_id = 0;
+  std::map<std::string, std::string>* trainer_state = nullptr;  // filled when set
+  absl::Duration timeout = absl::Minutes(10);
 };
 
 struct SaveResult {
   int64_t bytes_staged = 0;
   double staging_seconds = 0;
 };
+
+// For name-based save and restore (DTensor's name_based_save / name_based_restore):
+// a tensor's dtype, global shape, layout over the call's mesh, and one buffer per
+// device of the call's device_ids.
+struct NamedTensor {
+  int dtype = kDtFloat;
+  std::vector<int64_t> shape;
+  std::vector<std::string> sharding_specs;
+  std::vector<std::pair<void*, size_t>> device_data;
+};
+using NamedTensors = std::vector<std::pair<std::string, NamedTensor>>;  // saved in this order
 
 class Client {
  public:
@@ -61,18 +99,23 @@ class Client {
 
   // Stages this trainer's shards for (run, step); returns once they are in daemon memory.
   absl::StatusOr<SaveResult> Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
-                                  const std::vector<TensorShard>& shards,
-                                  absl::Duration timeout = absl::Minutes(10));
+                                  const std::vector<TensorShard>& shards, const SaveOptions& options = {});
+  absl::StatusOr<SaveResult> SaveByName(const std::string& run, int64_t step, int trainer_id, int trainer_count,
+                                        const NamedTensors& tensors, const SaveOptions& options);
   // Returns once (run, step) is committed on every host, or with the step's error.
   absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10));
   // Fills every target from (run, step), or from the newest committed step when `step`
   // is nullopt; returns the step restored.
   absl::StatusOr<int64_t> Restore(const std::string& run, std::optional<int64_t> step,
-                                  const std::vector<RestoreTarget>& targets,
-                                  absl::Duration timeout = absl::Minutes(10));
+                                  const std::vector<RestoreTarget>& targets, const RestoreOptions& options = {});
+  absl::StatusOr<int64_t> RestoreByName(const std::string& run, std::optional<int64_t> step,
+                                        const NamedTensors& tensors, const RestoreOptions& options);
   // Returns once every trainer of the job has called Barrier the same number of times.
+  // With a mesh, the daemons also check that the devices all trainers declared make
+  // up the mesh (FAILED_PRECONDITION otherwise).
   absl::Status Barrier(const std::string& run, int trainer_id, int trainer_count,
-                       absl::Duration timeout = absl::Minutes(10));
+                       absl::Duration timeout = absl::Minutes(10), const std::string& mesh = "",
+                       const std::vector<int64_t>& device_ids = {});
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& run,
                                                               absl::Duration timeout = absl::Seconds(30));

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -80,8 +81,24 @@ int Inspect(const std::string& arg, bool json) {
   if (!prefix.ok()) return Error(prefix.status());
   auto reader = BundleReader::Open(fs, *prefix);
   if (!reader.ok()) return Error(reader.status());
+  // ckptd.json, when the checkpoint is ours, adds the mesh and each tensor's layout.
+  std::string mesh;
+  std::map<std::string, std::string> layouts;
+  if (auto meta_text = fs->ReadFileToString(ckptd::JoinPath(ckptd::DirName(*prefix), "ckptd.json"), 1 << 28);
+      meta_text.ok()) {
+    const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, /*allow_exceptions=*/false);
+    if (meta.is_object()) {
+      mesh = meta.value("mesh", "");
+      for (const auto& t : meta.value("tensors", nlohmann::json::array())) {
+        if (t.contains("layout") && t["layout"].is_string()) layouts[t.value("name", "")] = t["layout"];
+      }
+    }
+  }
   nlohmann::json entries = nlohmann::json::array();
-  if (!json) std::printf("%s: %d shard(s)\n", prefix->c_str(), (*reader)->header().num_shards());
+  if (!json) {
+    std::printf("%s: %d shard(s)\n", prefix->c_str(), (*reader)->header().num_shards());
+    if (!mesh.empty()) std::printf("mesh: %s\n", mesh.c_str());
+  }
   for (const std::string& name : (*reader)->TensorNames()) {
     auto info = (*reader)->Lookup(name);
     if (!info.ok()) return Error(info.status());
@@ -99,6 +116,8 @@ int Inspect(const std::string& arg, bool json) {
       }
       j["slices"] = slices;
     }
+    const auto layout = layouts.find(name);
+    if (layout != layouts.end()) j["layout"] = layout->second;
     if (json) {
       entries.push_back(j);
       continue;
@@ -111,6 +130,9 @@ int Inspect(const std::string& arg, bool json) {
       std::printf("  shard %d\n", e.shard_id());
     } else {
       std::printf("  %zu slices\n", info->pieces.size());
+    }
+    if (layout != layouts.end()) std::printf("      layout %s\n", layout->second.c_str());
+    if (e.slices_size() > 0) {
       for (const ckptd::SavedPiece& p : info->pieces) {
         std::printf("      slice %-28s shard %d offset %lld size %lld\n", p.box.ToSliceString(info->shape).c_str(),
                     p.entry.shard_id(), static_cast<long long>(p.entry.offset()),
@@ -120,6 +142,7 @@ int Inspect(const std::string& arg, bool json) {
   }
   if (json) {
     nlohmann::json out = {{"num_shards", (*reader)->header().num_shards()}, {"entries", entries}};
+    if (!mesh.empty()) out["mesh"] = mesh;
     std::cout << out.dump(1) << std::endl;
   }
   return 0;

@@ -112,7 +112,9 @@ int main(int argc, char** argv) {
                                  {config.commit_timeout, kVersion});
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Calls still running get 2 s to finish. gRPC also waits this long for idle client
+  // connections that do not answer its GOAWAY, then closes them.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   fs->DeleteFile(socket).IgnoreError();
   if (!outcome.ok()) {
     spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));

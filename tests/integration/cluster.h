@@ -19,7 +19,8 @@ namespace ckptd::testing {
 
 class Cluster {
  public:
-  explicit Cluster(int ranks) : ranks_(ranks) {}
+  // `root` empty: a root inside the cluster's own temp directory.
+  explicit Cluster(int ranks, std::string root = "") : ranks_(ranks), root_(std::move(root)) {}
   ~Cluster();
 
   // Starts the job and waits until every daemon accepts connections.
@@ -28,12 +29,13 @@ class Cluster {
   int Stop();
 
   std::string Address(int rank) const { return dir_.Sub("sock/ckptd-" + std::to_string(rank) + ".sock"); }
-  std::string root() const { return dir_.Sub("root"); }
+  std::string root() const { return root_.empty() ? dir_.Sub("root") : root_; }
   std::string log() const { return dir_.Sub("daemons.log"); }
   std::unique_ptr<Client> Connect(int rank) const;
 
  private:
   int ranks_;
+  std::string root_;
   TempDir dir_;
   pid_t mpirun_ = -1;
 };

@@ -157,31 +157,11 @@ int Verify(const std::string& arg) {
     std::cerr << "ckptctl verify: " << reader.status().message() << std::endl;
     return 1;
   }
-  int problems = 0;
-  int checked = 0;
+  std::vector<std::string> problem_lines;
   int64_t bytes = 0;
-  std::string buffer;
-  for (const auto& [key, entry] : (*reader)->entries()) {
-    if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
-    absl::Status s = (*reader)->CheckEntryRange(key, entry);
-    if (s.ok()) {
-      buffer.resize(static_cast<size_t>(entry.size()));
-      s = (*reader)->ReadEntry(key, entry, buffer.data());
-    }
-    ++checked;
-    if (!s.ok()) {
-      ++problems;
-      std::cerr << "FAIL " << s.message() << std::endl;
-    } else {
-      bytes += entry.size();
-    }
-  }
-  for (const std::string& name : (*reader)->TensorNames()) {
-    if (auto info = (*reader)->Lookup(name); !info.ok()) {
-      ++problems;
-      std::cerr << "FAIL " << info.status().message() << std::endl;
-    }
-  }
+  const int checked = (*reader)->VerifyAll(&problem_lines, &bytes);
+  for (const std::string& line : problem_lines) std::cerr << "FAIL " << line << std::endl;
+  const int problems = static_cast<int>(problem_lines.size());
   std::printf("%s: %d entries checked, %lld bytes, %d problem(s)\n", prefix->c_str(), checked,
               static_cast<long long>(bytes), problems);
   return problems == 0 ? 0 : 1;

@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_path, "unix socket path; {rank} and {uid} are substituted");
   app.add_option("--commit-timeout", commit_timeout, "deadline of every commit collective, e.g. 60s");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  int keep_last = -1, keep_every = -1;
+  app.add_option("--keep-last", keep_last, "retention: keep the newest N steps (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-every-n-steps", keep_every, "retention: also keep steps divisible by K")
+      ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", kVersion);
   CLI11_PARSE(app, argc, argv);
 
@@ -52,6 +56,8 @@ int main(int argc, char** argv) {
   if (!root.empty()) config.root = root;
   if (!socket_path.empty()) config.socket_path = socket_path;
   if (!log_level.empty()) config.log_level = log_level;
+  if (keep_last >= 0) config.keep_last = keep_last;
+  if (keep_every >= 0) config.keep_every_n_steps = keep_every;
   if (!commit_timeout.empty()) {
     absl::StatusOr<absl::Duration> d = ckptd::ParseDuration(commit_timeout);
     if (!d.ok()) return Fail(d.status());
@@ -109,7 +115,7 @@ int main(int argc, char** argv) {
   signal_thread.detach();
 
   ckptd::Coordinator coordinator(collective->get(), &registry, &store,
-                                 {config.commit_timeout, kVersion});
+                                 {config.commit_timeout, kVersion, config.keep_last, config.keep_every_n_steps});
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
   // Calls still running get 2 s to finish. gRPC also waits this long for idle client

@@ -54,6 +54,19 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
           if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("config: commit.timeout: ", d.status().message()));
           config.commit_timeout = *d;
         }
+      } else if (key == "retention") {
+        if (!value.IsMap()) return absl::InvalidArgumentError("config: retention must be a map");
+        for (const auto& sub : value) {
+          const std::string subkey = sub.first.as<std::string>();
+          int* target = subkey == "keep_last" ? &config.keep_last
+                        : subkey == "keep_every_n_steps" ? &config.keep_every_n_steps
+                                                         : nullptr;
+          if (target == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat("config: unknown key retention.", subkey));
+          }
+          *target = sub.second.as<int>();
+          if (*target < 0) return absl::InvalidArgumentError(absl::StrCat("config: retention.", subkey, " must be >= 0"));
+        }
       } else {
         return absl::InvalidArgumentError(absl::StrCat("config: unknown key '", key, "'"));
       }

@@ -20,6 +20,10 @@ struct DaemonConfig {
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.
   std::string log_level = "info";
+  // Retention, applied by rank 0 right after each publish: keep the newest keep_last
+  // steps (0 = keep all) plus every step divisible by keep_every_n_steps (0 = none).
+  int keep_last = 0;
+  int keep_every_n_steps = 0;
   // Largest index file the reader accepts; guards against garbage sizes.
   int64_t max_index_bytes = int64_t{1} << 30;
 };

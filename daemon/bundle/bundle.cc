@@ -328,11 +328,42 @@ absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
 absl::StatusOr<RandomAccessFile*> BundleReader::DataFileHandle(int shard) {
   auto it = data_files_.find(shard);
   if (it != data_files_.end()) return it->second.get();
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
-                   fs_->NewRandomAccessFile(DataFile(shard)));
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> opened = fs_->NewRandomAccessFile(DataFile(shard));
+  if (absl::IsNotFound(opened.status())) {
+    return absl::DataLossError(absl::StrCat("data file ", DataFile(shard), " is missing"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, std::move(opened));
   RandomAccessFile* raw = file.get();
   data_files_.emplace(shard, std::move(file));
   return raw;
+}
+
+absl::Status BundleReader::OpenAllDataFiles() {
+  for (int shard = 0; shard < header_.num_shards(); ++shard) RETURN_IF_ERROR(DataFileHandle(shard).status());
+  return absl::OkStatus();
+}
+
+int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked) {
+  int checked = 0;
+  std::string buffer;
+  for (const auto& [key, entry] : entries_) {
+    if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
+    ++checked;
+    absl::Status s = CheckEntryRange(key, entry);
+    if (s.ok()) {
+      buffer.resize(static_cast<size_t>(entry.size()));
+      s = ReadEntry(key, entry, buffer.data());
+    }
+    if (s.ok()) {
+      *bytes_checked += entry.size();
+    } else {
+      problems->push_back(std::string(s.message()));
+    }
+  }
+  for (const std::string& name : TensorNames()) {
+    if (auto info = Lookup(name); !info.ok()) problems->push_back(std::string(info.status().message()));
+  }
+  return checked;
 }
 
 absl::Status BundleReader::CheckEntryRange(const std::string& key, const tf::BundleEntryProto& entry) {

@@ -98,6 +98,15 @@ class BundleReader {
   // every saved piece that intersects it; reads nothing else.
   absl::Status ReadBox(const TensorInfo& info, const Box& box, char* dst);
 
+  // Opens every data file now, so that the files stay readable even if the step is
+  // deleted later (retention). NOT_FOUND becomes DATA_LOSS: a committed checkpoint
+  // with a missing data file has lost data.
+  absl::Status OpenAllDataFiles();
+
+  // Reads every entry and checks every checksum; one line per problem found
+  // (naming tensor and file) in *problems. Returns the number of entries checked.
+  int VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked);
+
   std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
 
  private:

@@ -62,9 +62,64 @@ bool CheckpointStore::IsCommitted(const std::string& run, int64_t step) const {
   return fs_->Exists(IndexPath(Prefix(StepDir(run, step))));
 }
 
+absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run) const {
+  std::vector<std::string> removed;
+  const std::string dir = RunDir(run);
+  if (!fs_->IsDirectory(dir)) return removed;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const bool temp_step = absl::StartsWith(name, ".tmp-step-") || absl::StartsWith(name, ".deleted-step-");
+    // A step directory without an index never finished publishing.
+    const bool torn_step = absl::StartsWith(name, "step-") && !fs_->Exists(IndexPath(Prefix(JoinPath(dir, name))));
+    if (!temp_step && !torn_step && name != "checkpoint.tmp") continue;
+    RETURN_IF_ERROR(fs_->DeleteRecursively(JoinPath(dir, name)));
+    removed.push_back(JoinPath(dir, name));
+  }
+  if (!removed.empty()) RETURN_IF_ERROR(fs_->SyncDir(dir));
+  return removed;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(const std::string& run, int keep_last,
+                                                                     int keep_every_n_steps,
+                                                                     const std::set<int64_t>& protect,
+                                                                     bool dry_run) const {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
+  std::vector<int64_t> removed;
+  if (steps.empty() || keep_last <= 0) return removed;
+  std::set<int64_t> keep(protect.begin(), protect.end());
+  keep.insert(steps.back());
+  for (size_t i = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - keep_last : 0; i < steps.size(); ++i) {
+    keep.insert(steps[i]);
+  }
+  for (int64_t step : steps) {
+    if (keep_every_n_steps > 0 && step % keep_every_n_steps == 0) keep.insert(step);
+    if (keep.count(step) == 0) removed.push_back(step);
+  }
+  if (dry_run || removed.empty()) return removed;
+  // Hide each step with one rename (readers never see half a step), then let TF's
+  // state file forget them, then free the space.
+  std::vector<std::string> hidden;
+  for (int64_t step : removed) {
+    const std::string gone = JoinPath(RunDir(run), ".deleted-" + StepDirName(step));
+    RETURN_IF_ERROR(fs_->Rename(StepDir(run, step), gone));
+    hidden.push_back(gone);
+  }
+  RETURN_IF_ERROR(fs_->SyncDir(RunDir(run)));
+  RETURN_IF_ERROR(WriteStateFile(run));
+  for (const std::string& path : hidden) RETURN_IF_ERROR(fs_->DeleteRecursively(path));
+  return removed;
+}
+
 absl::Status CheckpointStore::WriteStateFile(const std::string& run) const {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
-  if (steps.empty()) return absl::OkStatus();
+  if (steps.empty()) {
+    // Nothing committed: TF must not find a state file naming a step that is gone.
+    const std::string path = JoinPath(RunDir(run), "checkpoint");
+    if (!fs_->Exists(path)) return absl::OkStatus();
+    RETURN_IF_ERROR(fs_->DeleteFile(path));
+    return fs_->SyncDir(RunDir(run));
+  }
   CheckpointState state;
   for (int64_t step : steps) state.all_model_checkpoint_paths.push_back(StepDirName(step) + "/ckpt");
   state.model_checkpoint_path = state.all_model_checkpoint_paths.back();

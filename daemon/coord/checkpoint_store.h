@@ -6,6 +6,7 @@
 #define CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,19 @@ class CheckpointStore {
   bool IsCommitted(const std::string& run, int64_t step) const;
   // Rewrites TF's `checkpoint` state file for the run from what is committed.
   absl::Status WriteStateFile(const std::string& run) const;
+
+  // Removes what a crash can leave in a run directory: temp step directories and a
+  // half-written state file. Only call when no commit of the run is in flight.
+  // Returns the paths removed.
+  absl::StatusOr<std::vector<std::string>> RemoveOrphans(const std::string& run) const;
+
+  // Keeps the newest `keep_last` committed steps (0: all), every step divisible by
+  // `keep_every_n_steps` (0: none extra), the newest step always, and `protect`;
+  // removes the others (state file first, then directories). Returns the steps
+  // removed, or that would be with dry_run.
+  absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& run, int keep_last,
+                                                      int keep_every_n_steps, const std::set<int64_t>& protect,
+                                                      bool dry_run) const;
 
  private:
   FileSystem* fs_;

@@ -1,11 +1,14 @@
 // Collective: the operations the daemons perform together, one rank per host. The MPI
 // implementation is the only code that includes <mpi.h>; tests may substitute others.
 // Not thread-safe: only the coordinator thread (the one that created it) calls it.
-// Every operation takes a deadline; DEADLINE_EXCEEDED leaves the group unusable (an
-// MPI collective cannot be cancelled), so the caller must then Abort the job.
+// Every operation takes a deadline. An MPI collective cannot be cancelled, so at the
+// deadline the expiry handler (if set) is called once with DEADLINE_EXCEEDED naming
+// the ranks that have not arrived, and the operation keeps waiting for them; without
+// a handler the operation returns DEADLINE_EXCEEDED and the group is unusable.
 #ifndef CKPTD_DAEMON_COORD_COLLECTIVE_H_
 #define CKPTD_DAEMON_COORD_COLLECTIVE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +38,9 @@ class Collective {
   // The sum of `value` over all ranks.
   virtual absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) = 0;
   virtual absl::Status Barrier(absl::Time deadline) = 0;
+  // Called on the coordinator thread when an operation passes its deadline.
+  using ExpiryHandler = std::function<void(const absl::Status&)>;
+  virtual void SetExpiryHandler(ExpiryHandler handler) = 0;
   // Ends the whole job; does not return.
   [[noreturn]] virtual void Abort(int code) = 0;
 };

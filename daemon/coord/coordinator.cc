@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
@@ -40,6 +41,10 @@ Box BoxOf(const google::protobuf::RepeatedField<int64_t>& start,
 absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   spdlog::info("coordinator: {} rank(s), commit timeout {}", collective_->size(),
                absl::FormatDuration(options_.commit_timeout));
+  // A collective past its deadline fails what it was doing here at once (trainers
+  // hear DEADLINE_EXCEEDED) while the coordinator keeps waiting for the late rank, so
+  // that every rank still takes the same path through the protocol.
+  collective_->SetExpiryHandler([this](const absl::Status& late) { OnExpiry(late); });
   absl::Duration idle_nap = absl::Microseconds(500);
   while (true) {
     bool stopping = false;
@@ -65,32 +70,73 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   }
 }
 
+void Coordinator::OnExpiry(const absl::Status& late) {
+  spdlog::error("{}", std::string(late.message()));
+  if (phase_.final_outcome) {
+    // Past the last vote the outcome is rank 0's to announce; wait for it rather than
+    // tell trainers something that may turn out false.
+    return;
+  }
+  for (const StepKey& key : phase_.steps) {
+    absl::Status failed = absl::DeadlineExceededError(absl::StrCat(
+        "run '", key.run, "' step ", key.step, " not committed within ", absl::FormatDuration(options_.commit_timeout),
+        ": ", late.message()));
+    failed_here_.emplace(key, failed);
+    registry_->FinishStep(key, failed, 0);
+  }
+  for (const auto& [run, id] : phase_.barriers) {
+    registry_->FinishBarrier(run, id, absl::DeadlineExceededError(absl::StrCat("barrier ", id, " of run '", run,
+                                                                               "': ", late.message())));
+  }
+  phase_ = Phase{};
+}
+
 absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   internal::RoundState mine = registry_->Snapshot();
   mine.set_stopping(stop_requested);
+  const absl::Time now = absl::Now();
+  for (const auto& [key, since] : first_seen_) {
+    if (now - since > options_.commit_timeout) {
+      internal::StepRef* e = mine.add_expired();
+      e->set_run(key.run);
+      e->set_step(key.step);
+    }
+  }
   const bool busy = mine.steps_size() > 0 || mine.barriers_size() > 0;
+  phase_ = Phase{};
+  for (const auto& p : mine.steps()) phase_.steps.push_back({p.run(), p.step()});
+  for (const auto& b : mine.barriers()) phase_.barriers.emplace_back(b.run(), b.barrier_id());
   // An idle rank has nothing to time out; a rank with work waits at most commit_timeout.
-  const absl::Time deadline = busy ? absl::Now() + options_.commit_timeout : absl::InfiniteFuture();
+  const absl::Time deadline = busy ? now + options_.commit_timeout : absl::InfiniteFuture();
   ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(mine.SerializeAsString(), deadline));
+  phase_ = Phase{};
 
-  struct StepTally {
+  struct Tally {
     std::set<int> counts;
     int staged = 0;
     int64_t mesh_size = 0;
+    std::set<int> trainers;
+    std::string failure;
+    bool expired = false;
   };
-  std::map<StepKey, StepTally> steps;
-  std::map<std::pair<std::string, int64_t>, StepTally> barriers;
+  std::map<StepKey, Tally> steps;
+  std::map<std::pair<std::string, int64_t>, Tally> barriers;
+  restoring_.clear();
   for (const std::string& bytes : all) {
     internal::RoundState state;
     if (!state.ParseFromString(bytes)) return absl::InternalError("a rank sent an unparsable round state");
     if (state.stopping()) *stopping = true;
     for (const auto& p : state.steps()) {
-      StepTally& t = steps[{p.run(), p.step()}];
-      t.counts.insert(p.trainer_count());
+      Tally& t = steps[{p.run(), p.step()}];
+      if (p.trainer_count() > 0) t.counts.insert(p.trainer_count());
       t.staged += p.staged();
+      t.trainers.insert(p.trainers().begin(), p.trainers().end());
+      if (!p.failure().empty() && t.failure.empty()) t.failure = p.failure();
     }
+    for (const auto& e : state.expired()) steps[{e.run(), e.step()}].expired = true;
+    for (const auto& r : state.restoring()) restoring_.insert({r.run(), r.step()});
     for (const auto& b : state.barriers()) {
-      StepTally& t = barriers[{b.run(), b.barrier_id()}];
+      Tally& t = barriers[{b.run(), b.barrier_id()}];
       t.counts.insert(b.trainer_count());
       t.staged += b.arrived();
       t.mesh_size = std::max(t.mesh_size, b.mesh_size());
@@ -99,38 +145,59 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   if (*stopping) return true;
 
   bool worked = false;
-  // Every rank iterates the same sorted maps, so all start the same commits in order.
+  auto fail = [&](const StepKey& key, const absl::Status& status) {
+    worked = true;
+    first_seen_.erase(key);
+    failed_here_.erase(key);
+    registry_->TakeForCommit(key);
+    registry_->FinishStep(key, status, 0);
+    spdlog::warn("{}", std::string(status.message()));
+  };
+  // Every rank iterates the same sorted maps, so all make the same decisions in order.
   for (const auto& [key, tally] : steps) {
-    const int count = *tally.counts.rbegin();
-    if (tally.counts.size() > 1) {
-      worked = true;
-      registry_->TakeForCommit(key);
-      registry_->FinishStep(key, absl::InvalidArgumentError(absl::StrCat(
-                                     "run '", key.run, "' step ", key.step,
-                                     ": trainers disagree on trainer_count across hosts")), 0);
+    const std::string what = absl::StrCat("run '", key.run, "' step ", key.step);
+    const int count = tally.counts.empty() ? 0 : *tally.counts.rbegin();
+    if (!tally.failure.empty()) {
+      fail(key, absl::AbortedError(absl::StrCat(what, " failed: ", tally.failure)));
+    } else if (tally.counts.size() > 1) {
+      fail(key, absl::InvalidArgumentError(absl::StrCat(what, ": trainers disagree on trainer_count across hosts")));
     } else if (tally.staged > count) {
+      fail(key, absl::InvalidArgumentError(absl::StrCat(what, ": ", tally.staged, " trainers staged but trainer_count is ",
+                                                        count, " (a trainer id is used twice)")));
+    } else if (tally.staged == count && count > 0) {
       worked = true;
-      registry_->TakeForCommit(key);
-      registry_->FinishStep(key, absl::InvalidArgumentError(absl::StrCat(
-                                     "run '", key.run, "' step ", key.step, ": ", tally.staged,
-                                     " trainers staged but trainer_count is ", count,
-                                     " (a trainer id is used twice)")), 0);
-    } else if (tally.staged == count) {
-      worked = true;
+      first_seen_.erase(key);
       RETURN_IF_ERROR(CommitStep(key, count));
+    } else if (tally.expired) {
+      std::vector<int> missing;
+      for (int t = 0; t < count; ++t) {
+        if (tally.trainers.count(t) == 0) missing.push_back(t);
+      }
+      fail(key, absl::DeadlineExceededError(absl::StrCat(
+                    what, ": only ", tally.staged, " of ", count, " trainers staged within ",
+                    absl::FormatDuration(options_.commit_timeout), "; missing trainer(s) ",
+                    absl::StrJoin(missing, ","))));
+    } else {
+      first_seen_.try_emplace(key, now);
     }
+  }
+  // Forget steps no rank reports any more (failed elsewhere, or given up).
+  for (auto it = first_seen_.begin(); it != first_seen_.end();) {
+    it = steps.count(it->first) == 0 ? first_seen_.erase(it) : std::next(it);
   }
   for (const auto& [key, tally] : barriers) {
     if (tally.counts.size() > 1 || tally.staged < *tally.counts.rbegin()) continue;
     worked = true;
-    const absl::Time deadline = absl::Now() + options_.commit_timeout;
+    const absl::Time barrier_deadline = absl::Now() + options_.commit_timeout;
     // As DTensor's barrier does: the devices declared on all hosts must make up the mesh.
     int64_t local_devices = 0;
     for (const auto& b : mine.barriers()) {
       if (b.run() == key.first && b.barrier_id() == key.second) local_devices = b.devices();
     }
-    ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, deadline));
-    RETURN_IF_ERROR(collective_->Barrier(deadline));
+    phase_.barriers.push_back(key);
+    ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, barrier_deadline));
+    RETURN_IF_ERROR(collective_->Barrier(barrier_deadline));
+    phase_ = Phase{};
     absl::Status outcome = absl::OkStatus();
     if (tally.staged != *tally.counts.rbegin()) {
       outcome = absl::InvalidArgumentError(absl::StrCat("barrier ", key.second, " of run '", key.first, "': ",
@@ -156,11 +223,18 @@ absl::StatusOr<absl::Status> Coordinator::Vote(const absl::Status& mine, absl::T
   return FromVote(parsed);
 }
 
+absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s) const {
+  auto it = failed_here_.find(key);
+  return it != failed_here_.end() ? it->second : s;
+}
+
 absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + options_.commit_timeout;
   const int rank = collective_->rank();
   std::vector<TrainerPayload> payloads = registry_->TakeForCommit(key);
+  phase_ = Phase{};
+  phase_.steps.push_back(key);
 
   // Plan: every rank learns every shard, then computes the same plan.
   internal::ShardList local;
@@ -182,12 +256,17 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     d->set_mesh(p.mesh);
     d->mutable_device_ids()->Add(p.device_ids.begin(), p.device_ids.end());
   }
+  if (absl::Status s = LocalStatus(key, absl::OkStatus()); !s.ok()) local.set_failure(std::string(s.message()));
   ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(local.SerializeAsString(), deadline));
   std::vector<ShardRef> shards;
   std::vector<TrainerDevices> trainers;
+  absl::Status failed_somewhere = absl::OkStatus();
   for (int host = 0; host < static_cast<int>(all.size()); ++host) {
     internal::ShardList list;
     list.ParseFromString(all[host]);
+    if (!list.failure().empty() && failed_somewhere.ok()) {
+      failed_somewhere = absl::DeadlineExceededError(list.failure());
+    }
     for (const internal::Shard& s : list.shards()) {
       shards.push_back({s.name(), s.dtype(), Shape(s.shape().begin(), s.shape().end()),
                         BoxOf(s.start(), s.length()), host, s.trainer(), s.bytes(), s.has_layout(),
@@ -200,16 +279,28 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::StatusOr<std::string> mesh = CheckMeshCoverage(trainers);
   absl::StatusOr<SavePlan> plan = mesh.ok() ? MakeSavePlan(shards, collective_->size()) : mesh.status();
   if (plan.ok()) plan->mesh = *mesh;
+  if (plan.ok() && !failed_somewhere.ok()) plan = failed_somewhere;
   if (!plan.ok()) {
-    spdlog::warn("run '{}' step {}: plan rejected: {}", key.run, key.step, std::string(plan.status().message()));
+    spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step, std::string(plan.status().message()));
+    failed_here_.erase(key);
+    phase_ = Phase{};
     registry_->FinishStep(key, plan.status(), 0);
     return absl::OkStatus();
   }
 
-  // Rank 0 clears any leftover of an earlier attempt and creates the temp directory.
+  // Rank 0 clears leftovers (this step's earlier attempt, and the first time it sees a
+  // run, temp directories orphaned by a crash) and creates the temp directory.
   const std::string temp_dir = store_->TempDir(key.run, key.step);
   absl::Status prepared = absl::OkStatus();
   if (rank == 0) {
+    if (cleaned_runs_.insert(key.run).second) {
+      auto removed = store_->RemoveOrphans(key.run);
+      if (!removed.ok()) {
+        spdlog::warn("run '{}': cleaning orphans: {}", key.run, std::string(removed.status().message()));
+      } else {
+        for (const std::string& path : *removed) spdlog::warn("run '{}': removed orphaned {}", key.run, path);
+      }
+    }
     if (store_->IsCommitted(key.run, key.step)) {
       prepared = absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
     } else {
@@ -217,7 +308,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
       if (prepared.ok()) prepared = store_->fs()->CreateDirs(temp_dir, kDirMode);
     }
   }
-  ASSIGN_OR_RETURN(absl::Status agreed, Vote(prepared, deadline));
+  ASSIGN_OR_RETURN(absl::Status agreed, Vote(LocalStatus(key, prepared), deadline));
 
   // Write this host's boxes, then vote on "all written and synced".
   std::string entries;
@@ -225,14 +316,24 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::Status written = agreed;
   if (agreed.ok()) written = WriteLocalShard(key, *plan, payloads, &entries, &bytes);
   payloads.clear();  // staged memory goes back as soon as the bytes are on disk
-  ASSIGN_OR_RETURN(agreed, Vote(written, deadline));
+  ASSIGN_OR_RETURN(agreed, Vote(LocalStatus(key, written), deadline));
 
-  absl::Status published = agreed;
+  // Merge: rank 0 writes the index and ckptd.json into the temp directory; all vote
+  // once more before anything becomes visible.
   if (agreed.ok()) {
     ASSIGN_OR_RETURN(std::vector<std::string> gathered, collective_->Gather(entries, 0, deadline));
-    if (rank == 0) published = MergeAndPublish(key, trainer_count, *plan, gathered, started);
+    absl::Status merged = absl::OkStatus();
+    if (rank == 0) merged = WriteIndex(key, trainer_count, *plan, gathered, started);
+    ASSIGN_OR_RETURN(agreed, Vote(LocalStatus(key, merged), deadline));
+  }
+  // Publish: rank 0 renames and syncs; the last vote announces the outcome.
+  if (agreed.ok()) {
+    phase_.final_outcome = true;
+    absl::Status published = rank == 0 ? Publish(key) : absl::OkStatus();
     ASSIGN_OR_RETURN(agreed, Vote(published, deadline));
   }
+  phase_ = Phase{};
+  failed_here_.erase(key);
   if (!agreed.ok() && rank == 0) {
     if (absl::Status s = store_->fs()->DeleteRecursively(temp_dir); !s.ok()) {
       spdlog::error("removing {}: {}", temp_dir, std::string(s.message()));
@@ -241,11 +342,27 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - started), bytes);
+    if (rank == 0) ApplyRetention(key);
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
   registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0);
   return absl::OkStatus();
+}
+
+void Coordinator::ApplyRetention(const StepKey& key) {
+  if (options_.keep_last <= 0 && options_.keep_every_n_steps <= 0) return;
+  std::set<int64_t> protect;
+  for (const StepKey& r : restoring_) {
+    if (r.run == key.run) protect.insert(r.step);
+  }
+  auto removed = store_->ApplyRetention(key.run, options_.keep_last, options_.keep_every_n_steps, protect,
+                                        /*dry_run=*/false);
+  if (!removed.ok()) {
+    spdlog::warn("run '{}': retention: {}", key.run, std::string(removed.status().message()));
+  } else if (!removed->empty()) {
+    spdlog::info("run '{}': retention removed step(s) {}", key.run, absl::StrJoin(*removed, ","));
+  }
 }
 
 absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
@@ -297,8 +414,8 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::MergeAndPublish(const StepKey& key, int trainer_count, const SavePlan& plan,
-                                          const std::vector<std::string>& gathered, absl::Time started) {
+absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
+                                     const std::vector<std::string>& gathered, absl::Time started) {
   const int num_shards = collective_->size();
   const std::string temp_dir = store_->TempDir(key.run, key.step);
   const std::string prefix = CheckpointStore::Prefix(temp_dir);
@@ -391,13 +508,27 @@ absl::Status Coordinator::MergeAndPublish(const StepKey& key, int trainer_count,
     RETURN_IF_ERROR(file->Sync());
     RETURN_IF_ERROR(file->Close());
   }
-  RETURN_IF_ERROR(fs->SyncDir(temp_dir));
+  return fs->SyncDir(temp_dir);
+}
 
-  // Publish: one rename makes the step visible; then make the rename durable.
+absl::Status Coordinator::Publish(const StepKey& key) {
+  // One rename makes the step visible; the directory sync makes that durable, and
+  // only then does TF's state file name it.
+  FileSystem* fs = store_->fs();
+  const std::string temp_dir = store_->TempDir(key.run, key.step);
   const std::string step_dir = store_->StepDir(key.run, key.step);
   RETURN_IF_ERROR(fs->Rename(temp_dir, step_dir));
-  RETURN_IF_ERROR(fs->SyncDir(store_->RunDir(key.run)));
-  return store_->WriteStateFile(key.run);
+  absl::Status s = fs->SyncDir(store_->RunDir(key.run));
+  if (s.ok()) s = store_->WriteStateFile(key.run);
+  if (s.ok()) return s;
+  // Not durably published: take it back so that nothing reports a failed step.
+  spdlog::error("run '{}' step {}: publish failed ({}); withdrawing it", key.run, key.step, std::string(s.message()));
+  if (absl::Status back = fs->Rename(step_dir, temp_dir); !back.ok()) {
+    spdlog::error("withdrawing {}: {}", step_dir, std::string(back.message()));
+  }
+  fs->SyncDir(store_->RunDir(key.run)).IgnoreError();
+  store_->WriteStateFile(key.run).IgnoreError();
+  return s;
 }
 
 }  // namespace ckptd

@@ -8,6 +8,8 @@
 #define CKPTD_DAEMON_COORD_COORDINATOR_H_
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,8 @@ namespace ckptd {
 struct CoordinatorOptions {
   absl::Duration commit_timeout = absl::Seconds(60);
   std::string version;
+  int keep_last = 0;           // retention; 0 = keep every step
+  int keep_every_n_steps = 0;  // also keep steps divisible by this; 0 = none
 };
 
 class Coordinator {
@@ -46,13 +50,30 @@ class Coordinator {
   absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                const std::vector<TrainerPayload>& payloads,
                                std::string* entries_out, int64_t* bytes_out);
-  absl::Status MergeAndPublish(const StepKey& key, int trainer_count, const SavePlan& plan,
-                               const std::vector<std::string>& gathered, absl::Time started);
+  absl::Status WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
+                          const std::vector<std::string>& gathered, absl::Time started);
+  absl::Status Publish(const StepKey& key);
+  void ApplyRetention(const StepKey& key);
+  void OnExpiry(const absl::Status& late);
+  // `s`, unless a deadline already failed `key` on this rank.
+  absl::Status LocalStatus(const StepKey& key, const absl::Status& s) const;
+
+  // What a collective that passes its deadline now would leave undone.
+  struct Phase {
+    std::vector<StepKey> steps;
+    std::vector<std::pair<std::string, int64_t>> barriers;
+    bool final_outcome = false;
+  };
 
   Collective* collective_;
   StepRegistry* registry_;
   CheckpointStore* store_;
   CoordinatorOptions options_;
+  Phase phase_;
+  std::map<StepKey, absl::Status> failed_here_;  // steps a deadline failed on this rank
+  std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
+  std::set<std::string> cleaned_runs_;           // runs whose orphans rank 0 removed
+  std::set<StepKey> restoring_;                  // steps being restored on some host
 };
 
 }  // namespace ckptd

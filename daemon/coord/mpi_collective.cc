@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/base/status.h"
 #include "daemon/coord/collective.h"
 
@@ -25,8 +26,15 @@ class MpiCollective : public Collective {
   MpiCollective() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Arrival notes travel on their own communicator so they never match user traffic.
+    MPI_Comm_dup(MPI_COMM_WORLD, &arrivals_);
   }
-  ~MpiCollective() override { MPI_Finalize(); }
+  ~MpiCollective() override {
+    MPI_Comm_free(&arrivals_);
+    MPI_Finalize();
+  }
+
+  void SetExpiryHandler(ExpiryHandler handler) override { on_expiry_ = std::move(handler); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -35,16 +43,15 @@ class MpiCollective : public Collective {
                                                      absl::Time deadline) override {
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(size_);
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Iallgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT,
-                                         MPI_COMM_WORLD, &req), "MPI_Iallgather"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "allgather of sizes"));
+    RETURN_IF_ERROR(Run(deadline, "allgather", [&](MPI_Request* req) {
+      return MPI_Iallgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD, req);
+    }));
     std::vector<int> displs(size_);
     std::string all = Layout(sizes, &displs);
-    RETURN_IF_ERROR(Check(MPI_Iallgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(),
-                                          displs.data(), MPI_BYTE, MPI_COMM_WORLD, &req),
-                          "MPI_Iallgatherv"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "allgatherv"));
+    RETURN_IF_ERROR(Run(deadline, "allgatherv", [&](MPI_Request* req) {
+      return MPI_Iallgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
+                             MPI_COMM_WORLD, req);
+    }));
     return Split(all, sizes, displs);
   }
 
@@ -52,16 +59,15 @@ class MpiCollective : public Collective {
                                                   absl::Time deadline) override {
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(size_);
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root,
-                                      MPI_COMM_WORLD, &req), "MPI_Igather"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "gather of sizes"));
+    RETURN_IF_ERROR(Run(deadline, "gather", [&](MPI_Request* req) {
+      return MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD, req);
+    }));
     std::vector<int> displs(size_);
     std::string all = rank_ == root ? Layout(sizes, &displs) : std::string();
-    RETURN_IF_ERROR(Check(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(),
-                                       displs.data(), MPI_BYTE, root, MPI_COMM_WORLD, &req),
-                          "MPI_Igatherv"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "gatherv"));
+    RETURN_IF_ERROR(Run(deadline, "gatherv", [&](MPI_Request* req) {
+      return MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root,
+                          MPI_COMM_WORLD, req);
+    }));
     if (rank_ != root) return std::vector<std::string>();
     return Split(all, sizes, displs);
   }
@@ -69,37 +75,34 @@ class MpiCollective : public Collective {
   absl::StatusOr<std::string> Broadcast(const std::string& value, int root,
                                         absl::Time deadline) override {
     int n = static_cast<int>(value.size());
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Ibcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD, &req), "MPI_Ibcast"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "broadcast of size"));
+    RETURN_IF_ERROR(Run(deadline, "broadcast", [&](MPI_Request* req) {
+      return MPI_Ibcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD, req);
+    }));
     std::string out = rank_ == root ? value : std::string(static_cast<size_t>(n), '\0');
-    RETURN_IF_ERROR(Check(MPI_Ibcast(out.data(), n, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "broadcast"));
+    RETURN_IF_ERROR(Run(deadline, "broadcast", [&](MPI_Request* req) {
+      return MPI_Ibcast(out.data(), n, MPI_BYTE, root, MPI_COMM_WORLD, req);
+    }));
     return out;
   }
 
   absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) override {
     int out = 0;
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req),
-                          "MPI_Iallreduce"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "allreduce"));
+    RETURN_IF_ERROR(Run(deadline, "allreduce", [&](MPI_Request* req) {
+      return MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, req);
+    }));
     return out;
   }
 
   absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) override {
     int64_t out = 0;
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &req),
-                          "MPI_Iallreduce"));
-    RETURN_IF_ERROR(WaitFor(&req, deadline, "allreduce"));
+    RETURN_IF_ERROR(Run(deadline, "allreduce", [&](MPI_Request* req) {
+      return MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, req);
+    }));
     return out;
   }
 
   absl::Status Barrier(absl::Time deadline) override {
-    MPI_Request req;
-    RETURN_IF_ERROR(Check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier"));
-    return WaitFor(&req, deadline, "barrier");
+    return Run(deadline, "barrier", [&](MPI_Request* req) { return MPI_Ibarrier(MPI_COMM_WORLD, req); });
   }
 
   [[noreturn]] void Abort(int code) override {
@@ -128,26 +131,87 @@ class MpiCollective : public Collective {
     return out;
   }
 
+  // Every collective is preceded by an arrival note from each rank to every other, so
+  // that a rank whose deadline passes can name the ranks that never arrived.
+  struct Arrivals {
+    std::vector<MPI_Request> requests;
+    std::vector<int64_t> received;
+    int64_t sequence = 0;
+  };
+
+  Arrivals Announce() {
+    Arrivals a;
+    a.sequence = ++sequence_;
+    const int tag = static_cast<int>(a.sequence % 30000);
+    a.received.assign(size_, 0);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MPI_Request r;
+      MPI_Irecv(&a.received[peer], 1, MPI_INT64_T, peer, tag, arrivals_, &r);
+      a.requests.push_back(r);
+      MPI_Isend(&a.sequence, 1, MPI_INT64_T, peer, tag, arrivals_, &r);
+      a.requests.push_back(r);
+    }
+    return a;
+  }
+
+  std::vector<int> Missing(Arrivals& a) {
+    std::vector<int> missing;
+    size_t index = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      int done = 0;
+      MPI_Test(&a.requests[index], &done, MPI_STATUS_IGNORE);  // the receive from `peer`
+      if (!done) missing.push_back(peer);
+      index += 2;
+    }
+    return missing;
+  }
+
   // Polls with a sleep that grows from 20us to 1ms: quick when peers are ready,
   // cheap when they are not.
   absl::Status WaitFor(MPI_Request* req, absl::Time deadline, absl::string_view what) {
     absl::Duration nap = absl::Microseconds(20);
+    bool expired = false;
     while (true) {
       int done = 0;
       int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return MpiError(rc, what);
-      if (done) return absl::OkStatus();
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("MPI ", what, " did not complete by its deadline on rank ",
-                                                        rank_, ": another daemon is stalled or gone"));
+      if (done) break;
+      if (!expired && absl::Now() > deadline) {
+        expired = true;
+        std::vector<int> missing = Missing(current_);
+        absl::Status late = absl::DeadlineExceededError(absl::StrCat(
+            "MPI ", what, " on rank ", rank_, " passed its deadline; ",
+            missing.empty() ? std::string("every rank arrived but the operation has not finished")
+                            : absl::StrCat("rank(s) ", absl::StrJoin(missing, ","), " never arrived")));
+        if (!on_expiry_) return late;
+        on_expiry_(late);
       }
       absl::SleepFor(nap);
       nap = std::min(nap * 2, absl::Milliseconds(1));
     }
+    return absl::OkStatus();
+  }
+
+  // Runs one collective: announce, start it, wait, then settle the arrival notes
+  // (every peer has entered, so they complete).
+  template <typename Start>
+  absl::Status Run(absl::Time deadline, absl::string_view what, Start start) {
+    current_ = Announce();
+    MPI_Request req;
+    absl::Status s = Check(start(&req), what);
+    if (s.ok()) s = WaitFor(&req, deadline, what);
+    if (s.ok()) MPI_Waitall(static_cast<int>(current_.requests.size()), current_.requests.data(), MPI_STATUSES_IGNORE);
+    return s;
   }
 
   int rank_ = 0;
   int size_ = 1;
+  MPI_Comm arrivals_;
+  int64_t sequence_ = 0;
+  Arrivals current_;
+  ExpiryHandler on_expiry_;
 };
 
 }  // namespace

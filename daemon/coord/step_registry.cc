@@ -21,6 +21,7 @@ absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerP
     return absl::FailedPreconditionError(
         absl::StrCat("run '", key.run, "' step ", key.step, " is already being committed"));
   }
+  if (!step.failure.ok()) return step.failure;
   if (step.payloads.empty()) {
     step.trainer_count = trainer_count;
   } else if (step.trainer_count != trainer_count) {
@@ -34,6 +35,25 @@ absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerP
                                                  "' step ", key.step));
   }
   return absl::OkStatus();
+}
+
+void StepRegistry::FailStaging(const StepKey& key, const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (outcomes_.count(key) > 0) return;
+  PendingStep& step = pending_[key];
+  if (step.committing || !step.failure.ok()) return;
+  step.failure = status;
+  step.payloads.clear();
+}
+
+void StepRegistry::BeginRestore(const StepKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++restoring_[key];
+}
+
+void StepRegistry::EndRestore(const StepKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--restoring_[key] <= 0) restoring_.erase(key);
 }
 
 void StepRegistry::AddStepWaiter(const StepKey& key, Waiter w) {
@@ -62,12 +82,19 @@ internal::RoundState StepRegistry::Snapshot() {
   std::lock_guard<std::mutex> lock(mu_);
   internal::RoundState state;
   for (const auto& [key, step] : pending_) {
-    if (step.payloads.empty() || step.committing) continue;
+    if ((step.payloads.empty() && step.failure.ok()) || step.committing) continue;
     internal::StepProgress* p = state.add_steps();
     p->set_run(key.run);
     p->set_step(key.step);
     p->set_trainer_count(step.trainer_count);
     p->set_staged(static_cast<int>(step.payloads.size()));
+    for (const auto& [trainer, payload] : step.payloads) p->add_trainers(trainer);
+    if (!step.failure.ok()) p->set_failure(std::string(step.failure.message()));
+  }
+  for (const auto& [key, count] : restoring_) {
+    internal::StepRef* r = state.add_restoring();
+    r->set_run(key.run);
+    r->set_step(key.step);
   }
   for (const auto& [key, b] : barriers_) {
     internal::BarrierProgress* p = state.add_barriers();

@@ -43,6 +43,15 @@ class StepRegistry {
   // INVALID_ARGUMENT if trainer_count differs from other local trainers of the step.
   absl::Status Stage(const StepKey& key, int trainer_count, TrainerPayload payload);
 
+  // A trainer's Save for the step failed after its header was accepted (stream cut,
+  // bad data): the step is doomed, and every rank will fail it with `status`. Frees
+  // what this host staged for it.
+  void FailStaging(const StepKey& key, const absl::Status& status);
+
+  // Restores in progress; retention leaves these steps alone.
+  void BeginRestore(const StepKey& key);
+  void EndRestore(const StepKey& key);
+
   // Calls w.done now if the step's outcome is known, else when it is.
   void AddStepWaiter(const StepKey& key, Waiter w);
   // `devices` and `mesh_size` are 0 when the trainer declared no mesh.
@@ -68,6 +77,7 @@ class StepRegistry {
   struct PendingStep {
     int trainer_count = 0;
     bool committing = false;
+    absl::Status failure;
     std::map<int, TrainerPayload> payloads;
     std::vector<Waiter> waiters;
   };
@@ -85,6 +95,7 @@ class StepRegistry {
   std::map<StepKey, absl::Status> outcomes_;
   std::deque<StepKey> outcome_order_;
   std::map<std::string, int64_t> last_committed_;
+  std::map<StepKey, int> restoring_;
   int64_t bytes_written_ = 0;
 };
 

@@ -43,7 +43,29 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
   if (store_->IsCommitted(header.run(), header.step())) {
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
+  const StepKey key{header.run(), header.step()};
+  absl::StatusOr<TrainerPayload> payload = ReceiveData(reader, header, placement, tensors);
+  if (!payload.ok()) {
+    // The trainer was part of this step: without its bytes the step cannot commit, so
+    // it fails for every trainer now rather than at the deadline. Staged memory for
+    // it is freed.
+    registry_->FailStaging(key, absl::Status(payload.status().code(),
+                                             absl::StrCat("trainer ", header.trainer_id(), "'s Save failed: ",
+                                                          payload.status().message())));
+    return payload.status();
+  }
+  int64_t expected = 0;
+  for (const CheckedTensor& t : tensors) expected += t.bytes;
+  RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
+  response->set_bytes_staged(expected);
+  response->set_staging_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  return absl::OkStatus();
+}
 
+absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::SaveRequest>* reader,
+                                                         const v1::SaveHeader& header, const Placement& placement,
+                                                         const std::vector<CheckedTensor>& tensors) {
+  v1::SaveRequest message;
   // One segment per box, in stream order: a tensor's box, or each of its device boxes.
   struct Segment {
     size_t tensor;
@@ -126,10 +148,7 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
     payload.tensors.push_back(
         {TrainerStateName(header.trainer_id(), key), kString, {}, Box{}, std::move(buffer), false, {}});
   }
-  RETURN_IF_ERROR(registry_->Stage({header.run(), header.step()}, header.trainer_count(), std::move(payload)));
-  response->set_bytes_staged(expected);
-  response->set_staging_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  return absl::OkStatus();
+  return payload;
 }
 
 grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
@@ -185,14 +204,50 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
   int64_t step = request.step();
-  if (request.latest()) {
-    ASSIGN_OR_RETURN(step, store_->LatestStep(request.run()));
-  } else if (!store_->IsCommitted(request.run(), step)) {
-    return absl::NotFoundError(absl::StrCat("run '", request.run(), "' has no committed step ", step));
+  std::unique_ptr<BundleReader> reader;
+  std::string note;
+  if (request.latest() && request.fallback()) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->ListSteps(request.run()));
+    for (auto it = steps.rbegin(); it != steps.rend() && reader == nullptr; ++it) {
+      auto candidate = BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), *it)),
+                                          context_.max_index_bytes);
+      std::vector<std::string> problems;
+      int64_t bytes = 0;
+      if (candidate.ok()) (*candidate)->VerifyAll(&problems, &bytes);
+      if (candidate.ok() && problems.empty()) {
+        step = *it;
+        reader = std::move(*candidate);
+      } else {
+        absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", *it, ": ",
+                        candidate.ok() ? problems.front() : std::string(candidate.status().message()));
+      }
+    }
+    if (reader == nullptr) {
+      return absl::DataLossError(absl::StrCat("run '", request.run(), "': no committed step verifies",
+                                              note.empty() ? "" : " (", note, note.empty() ? "" : ")"));
+    }
+    if (!note.empty()) {
+      absl::StrAppend(&note, "; restored step ", step);
+      spdlog::warn("Restore of run '{}' with fallback: {}", request.run(), note);
+    }
+  } else {
+    if (request.latest()) {
+      ASSIGN_OR_RETURN(step, store_->LatestStep(request.run()));
+    } else if (!store_->IsCommitted(request.run(), step)) {
+      return absl::NotFoundError(absl::StrCat("run '", request.run(), "' has no committed step ", step));
+    }
+    ASSIGN_OR_RETURN(reader, BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                                                context_.max_index_bytes));
   }
-  const std::string prefix = CheckpointStore::Prefix(store_->StepDir(request.run(), step));
-  ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
-                   BundleReader::Open(store_->fs(), prefix, context_.max_index_bytes));
+  // Retention leaves a step alone while it is restored, and the open files stay
+  // readable whatever happens to the directory.
+  registry_->BeginRestore({request.run(), step});
+  struct EndRestore {
+    StepRegistry* registry;
+    StepKey key;
+    ~EndRestore() { registry->EndRestore(key); }
+  } end_restore{registry_, {request.run(), step}};
+  RETURN_IF_ERROR(reader->OpenAllDataFiles());
 
   struct Planned {
     TensorInfo info;
@@ -204,6 +259,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
   v1::RestoreResponse header_message;
   v1::RestoreHeader* header = header_message.mutable_header();
   header->set_step(step);
+  header->set_note(note);
   for (int i = 0; i < request.tensors_size(); ++i) {
     const v1::TensorRequest& want = request.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");

@@ -11,6 +11,7 @@
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/coord/checkpoint_store.h"
 #include "daemon/coord/step_registry.h"
+#include "daemon/service/validation.h"
 #include "daemon/staging/staging_area.h"
 
 namespace ckptd {
@@ -49,6 +50,10 @@ class CkptdService final
 
  private:
   absl::Status DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v1::SaveResponse* response);
+  // Receives the data chunks after a validated header into staged buffers.
+  absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerReader<v1::SaveRequest>* reader,
+                                             const v1::SaveHeader& header, const Placement& placement,
+                                             const std::vector<CheckedTensor>& tensors);
   absl::Status DoRestore(const v1::RestoreRequest& request, grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;

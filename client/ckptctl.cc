@@ -167,6 +167,27 @@ int Verify(const std::string& arg) {
   return problems == 0 ? 0 : 1;
 }
 
+int Gc(const std::string& dir, int keep_last, int keep_every, bool dry_run, bool json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  if (!fs->IsDirectory(trimmed)) return Error(absl::NotFoundError(absl::StrCat(dir, " is not a directory")));
+  const std::string run = trimmed.substr(trimmed.rfind('/') + 1);
+  ckptd::CheckpointStore store(fs, ckptd::DirName(trimmed));
+  auto removed = store.ApplyRetention(run, keep_last, keep_every, {}, dry_run);
+  if (!removed.ok()) return Error(removed.status());
+  auto kept = store.ListSteps(run);
+  if (json) {
+    nlohmann::json out = {{"dry_run", dry_run}, {"removed", *removed}, {"kept", kept.value_or(std::vector<int64_t>())}};
+    std::cout << out.dump(1) << std::endl;
+    return 0;
+  }
+  for (int64_t step : *removed) std::printf("%s step %lld\n", dry_run ? "would remove" : "removed", static_cast<long long>(step));
+  std::printf("%zu step(s) %s, %zu kept\n", removed->size(), dry_run ? "would be removed" : "removed",
+              dry_run ? kept->size() - removed->size() : kept->size());
+  return 0;
+}
+
 int Status(const std::string& address, bool json) {
   auto client = ckptd::Client::Connect(address, absl::Seconds(5));
   if (!client.ok()) return Error(client.status());
@@ -208,6 +229,15 @@ int main(int argc, char** argv) {
   CLI::App* verify = app.add_subcommand("verify", "check every checksum; exit 1 naming any mismatch");
   verify->add_option("PREFIX", target, "checkpoint prefix, step directory or run directory")->required();
 
+  CLI::App* gc = app.add_subcommand("gc", "apply retention to a run directory (never removes the newest step)");
+  int keep_last = 0, keep_every = 0;
+  bool dry_run = false;
+  gc->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  gc->add_option("--keep-last", keep_last, "keep the newest N committed steps")->required()->check(CLI::PositiveNumber);
+  gc->add_option("--keep-every", keep_every, "also keep steps divisible by K")->check(CLI::NonNegativeNumber);
+  gc->add_flag("--dry-run", dry_run, "only say what would be removed");
+  gc->add_flag("--json", json, "print JSON");
+
   CLI::App* status = app.add_subcommand("status", "ask a running daemon for its state");
   status->add_option("--address", address, "daemon socket (default $CKPTD_ADDRESS)");
   status->add_flag("--json", json, "print compact JSON");
@@ -216,6 +246,7 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return Ls(target, json);
   if (inspect->parsed()) return Inspect(target, json);
   if (verify->parsed()) return Verify(target);
+  if (gc->parsed()) return Gc(target, keep_last, keep_every, dry_run, json);
   if (status->parsed()) return Status(address, json);
   return 2;
 }

@@ -1,0 +1,142 @@
+// The commit protocol under every injected file-system fault, at every step of the
+// protocol, on either of two ranks: errors (ENOSPC, EIO) on each open, write, fsync,
+// rename and mkdir; torn writes; and a crash at each operation followed by a restart.
+// After each, the previous checkpoint must restore bit-exact, a failed step must be
+// invisible, and the next save must succeed. Prints one summary line.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "tests/common/temp_dir.h"
+#include "tests/fault/fault_file_system.h"
+#include "tests/fault/in_process_job.h"
+
+namespace ckptd::testing {
+namespace {
+
+constexpr int kRanks = 2;
+constexpr char kRun[] = "faults";
+
+absl::StatusCode CodeFor(int err) {
+  return err == ENOSPC ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kDataLoss;
+}
+
+std::string Describe(int rank, const FaultSpec& spec) {
+  if (spec.crash) return absl::StrCat("rank ", rank, ": crash at operation ", spec.nth);
+  return absl::StrCat("rank ", rank, ": ", spec.torn ? "torn " : "", FsOpName(spec.op), " #", spec.nth, " fails with ",
+                      spec.error == ENOSPC ? "ENOSPC" : "EIO");
+}
+
+// Runs one scenario; returns "" if everything held, else what broke. *lost is set
+// when the previous checkpoint did not survive.
+std::string RunScenario(int faulty_rank, const FaultSpec& spec, bool* lost) {
+  TempDir root;
+  {
+    InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()});
+    for (const absl::Status& s : job.Save(kRun, 1)) {
+      if (!s.ok()) return absl::StrCat("setup save failed: ", s.message());
+    }
+  }
+  FaultFileSystem faulty(PosixFileSystem());
+  std::vector<FileSystem*> fs(kRanks, PosixFileSystem());
+  fs[faulty_rank] = &faulty;
+  faulty.Arm(spec);
+  std::vector<absl::Status> outcomes;
+  {
+    InProcessJob job(root.path(), fs);
+    outcomes = job.Save(kRun, 2);
+  }
+  if (!faulty.fired()) return "the fault never fired";
+  for (const absl::Status& s : outcomes) {
+    if (s != outcomes[0]) return absl::StrCat("trainers heard different outcomes: ", outcomes[0].ToString(), " vs ", s.ToString());
+  }
+  if (!faulty.RetriedSyncs().empty()) return absl::StrCat("fsync retried after failing on ", faulty.RetriedSyncs()[0]);
+  if (!spec.crash) {
+    if (outcomes[0].ok()) return "an injected error went unnoticed";
+    if (outcomes[0].code() != CodeFor(spec.error)) return absl::StrCat("unexpected status ", outcomes[0].ToString());
+  } else {
+    faulty.SimulateCrash();
+  }
+
+  std::vector<int64_t> visible;
+  std::string broken = CheckVisibleState(root.path(), kRun, kRanks, /*strict=*/!spec.crash, &visible);
+  *lost = std::find(visible.begin(), visible.end(), 1) == visible.end();
+  if (!broken.empty()) return broken;
+  if (*lost) return "step 1 is gone";
+  const bool step2_visible = std::find(visible.begin(), visible.end(), 2) != visible.end();
+  if (!spec.crash && step2_visible) return "a failed step is visible";
+  if (!spec.crash) {
+    CheckpointStore store(PosixFileSystem(), root.path());
+    if (PosixFileSystem()->Exists(store.TempDir(kRun, 2))) return "the failed step's temp directory was left behind";
+  }
+
+  // Restart: a fresh job cleans up what the fault left and saves the next step.
+  {
+    InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()});
+    for (const absl::Status& s : job.Save(kRun, 3)) {
+      if (!s.ok()) return absl::StrCat("save after restart failed: ", s.message());
+    }
+  }
+  broken = CheckVisibleState(root.path(), kRun, kRanks, /*strict=*/true, &visible);
+  if (!broken.empty()) return absl::StrCat("after restart: ", broken);
+  auto names = PosixFileSystem()->ListDir(CheckpointStore(PosixFileSystem(), root.path()).RunDir(kRun));
+  for (const std::string& name : names.value_or(std::vector<std::string>())) {
+    if (name[0] == '.' || name == "checkpoint.tmp") return absl::StrCat("after restart: orphan ", name, " remains");
+  }
+  return "";
+}
+
+TEST(CommitFaultSuite, EveryFaultLeavesTheLastCheckpointIntact) {
+  spdlog::set_level(spdlog::level::off);  // hundreds of expected failures; the summary says it all
+  int injected = 0, survived = 0, lost = 0;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    // Count each kind of operation this rank performs in a clean commit of step 2.
+    std::map<FsOp, int> counts;
+    {
+      TempDir root;
+      FaultFileSystem counting(PosixFileSystem());
+      std::vector<FileSystem*> fs(kRanks, PosixFileSystem());
+      fs[rank] = &counting;
+      InProcessJob job(root.path(), fs);
+      ASSERT_TRUE(job.Save(kRun, 1)[0].ok());
+      counting.Arm(FaultSpec{});
+      ASSERT_TRUE(job.Save(kRun, 2)[0].ok());
+      for (FsOp op : {FsOp::kOpen, FsOp::kWrite, FsOp::kSync, FsOp::kRename, FsOp::kMkdir, FsOp::kAny}) {
+        counts[op] = counting.count(op);
+      }
+    }
+    ASSERT_GT(counts[FsOp::kAny], 0);
+    std::vector<FaultSpec> faults;
+    for (FsOp op : {FsOp::kOpen, FsOp::kWrite, FsOp::kSync, FsOp::kRename, FsOp::kMkdir}) {
+      for (int n = 1; n <= counts[op]; ++n) {
+        for (int err : {ENOSPC, EIO}) faults.push_back({op, n, err, false, false});
+      }
+    }
+    for (int n = 1; n <= counts[FsOp::kWrite]; ++n) faults.push_back({FsOp::kWrite, n, ENOSPC, true, false});
+    for (int n = 1; n <= counts[FsOp::kAny]; ++n) faults.push_back({FsOp::kAny, n, EIO, false, true});
+
+    for (const FaultSpec& spec : faults) {
+      ++injected;
+      bool checkpoint_lost = false;
+      const std::string broken = RunScenario(rank, spec, &checkpoint_lost);
+      if (broken.empty()) {
+        ++survived;
+      } else {
+        ADD_FAILURE() << Describe(rank, spec) << ": " << broken;
+      }
+      if (checkpoint_lost) ++lost;
+    }
+  }
+  std::printf("fault suite: %d faults injected, %d survived, %d checkpoints lost\n", injected, survived, lost);
+  EXPECT_EQ(survived, injected);
+  EXPECT_EQ(lost, 0);
+  EXPECT_GT(injected, 50);
+}
+
+}  // namespace
+}  // namespace ckptd::testing

@@ -31,6 +31,8 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
+  // A flag given twice takes its last value, so wrappers can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string config_path, root, socket_path, commit_timeout, log_level;
   app.add_option("--config", config_path, "YAML config file (see config/ckptd.yaml)");
   app.add_option("--root", root, "checkpoint root directory (overrides config root)");

@@ -404,6 +404,21 @@ absl::Status BundleReader::ReadEntry(const std::string& key, const tf::BundleEnt
   return absl::OkStatus();
 }
 
+absl::Status BundleReader::CheckBoxReadable(const TensorInfo& info, const Box& box) {
+  int64_t covered = 0;
+  for (const SavedPiece& piece : info.pieces) {
+    std::optional<Box> common = Intersect(piece.box, box);
+    if (!common.has_value() && !(piece.box == box)) continue;
+    RETURN_IF_ERROR(CheckEntryRange(piece.key, piece.entry));
+    covered += common.has_value() ? common->NumElements() : box.NumElements();
+  }
+  if (covered != box.NumElements()) {
+    return absl::DataLossError(absl::StrCat("tensor '", info.name, "': saved slices cover ", covered, " of the ",
+                                            box.NumElements(), " elements requested"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char* dst) {
   const size_t element_size = DataTypeSize(info.dtype);
   if (element_size == 0) {

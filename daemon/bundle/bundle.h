@@ -94,6 +94,11 @@ class BundleReader {
   // DATA_LOSS naming the key and file on a mismatch or a range past the file's end.
   absl::Status ReadEntry(const std::string& key, const tf::BundleEntryProto& entry, char* dst);
 
+  // Checks, before anything is allocated for it, that `box` can be read: the pieces
+  // intersecting it cover it and their byte ranges lie inside their data files.
+  // Index sizes are only trusted after this.
+  absl::Status CheckBoxReadable(const TensorInfo& info, const Box& box);
+
   // Assembles `box` of tensor `info` into dst (box elements x dtype size bytes) from
   // every saved piece that intersects it; reads nothing else.
   absl::Status ReadBox(const TensorInfo& info, const Box& box, char* dst);

@@ -279,6 +279,8 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
                                                      "' has a different stored shape"));
     }
     Planned p{std::move(info), dtype, {}, 0};
+    // Sizes in an index are claims: check them against the data files before
+    // allocating anything they imply.
     if (want.has_layout()) {
       std::vector<std::string> specs(want.layout().sharding_specs().begin(), want.layout().sharding_specs().end());
       auto boxes = DeviceBoxes(specs, p.info.shape, placement);
@@ -293,6 +295,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
       }
       p.boxes.push_back(std::move(box));
     }
+    for (const Box& box : p.boxes) RETURN_IF_ERROR(reader->CheckBoxReadable(p.info, box));
     v1::TensorDescriptor* d = header->add_tensors();
     d->set_name(p.info.name);
     d->set_dtype(dtype);

@@ -27,6 +27,7 @@ absl::Status Cluster::Start() {
   const std::string log_path = log();
   std::vector<std::string> args = {MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", np, CKPTD_BINARY,
                                    "--root", root_dir, "--socket", socket, "--commit-timeout", "60s"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());  // later flags win
   mpirun_ = ::fork();
   if (mpirun_ < 0) return absl::InternalError("fork failed");
   if (mpirun_ == 0) {
@@ -53,13 +54,22 @@ std::unique_ptr<Client> Cluster::Connect(int rank) const {
   return client.ok() ? std::move(*client) : nullptr;
 }
 
+pid_t Cluster::Pid(int rank) const {
+  if (auto client = Connect(rank); client != nullptr) {
+    if (auto status = client->Status(); status.ok()) return static_cast<pid_t>(status->pid());
+  }
+  return -1;
+}
+
 int Cluster::Stop() {
   if (mpirun_ <= 0) return -1;
-  pid_t daemon = -1;
-  if (auto client = Connect(0); client != nullptr) {
-    if (auto status = client->Status(); status.ok()) daemon = static_cast<pid_t>(status->pid());
-  }
+  const pid_t daemon = Pid(0);
   if (daemon > 0) ::kill(daemon, SIGTERM);
+  return WaitForExit();
+}
+
+int Cluster::WaitForExit() {
+  if (mpirun_ <= 0) return -1;
   int wstatus = 0;
   ::waitpid(mpirun_, &wstatus, 0);
   mpirun_ = -1;

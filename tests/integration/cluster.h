@@ -20,7 +20,8 @@ namespace ckptd::testing {
 class Cluster {
  public:
   // `root` empty: a root inside the cluster's own temp directory.
-  explicit Cluster(int ranks, std::string root = "") : ranks_(ranks), root_(std::move(root)) {}
+  explicit Cluster(int ranks, std::string root = "", std::vector<std::string> extra_args = {})
+      : ranks_(ranks), root_(std::move(root)), extra_args_(std::move(extra_args)) {}
   ~Cluster();
 
   // Starts the job and waits until every daemon accepts connections.
@@ -32,10 +33,15 @@ class Cluster {
   std::string root() const { return root_.empty() ? dir_.Sub("root") : root_; }
   std::string log() const { return dir_.Sub("daemons.log"); }
   std::unique_ptr<Client> Connect(int rank) const;
+  // The daemon process of `rank`, from its Status; -1 if it does not answer.
+  pid_t Pid(int rank) const;
+  // Waits for mpirun to exit (after a daemon was killed, say); returns its exit code.
+  int WaitForExit();
 
  private:
   int ranks_;
   std::string root_;
+  std::vector<std::string> extra_args_;
   TempDir dir_;
   pid_t mpirun_ = -1;
 };

@@ -146,6 +146,52 @@ TEST_F(BundleTest, MissingIndexIsNotFound) {
   EXPECT_EQ(BundleReader::Open(fs(), dir_.Sub("absent")).status().code(), absl::StatusCode::kNotFound);
 }
 
+// An index is hostile input: entries past the end of their file or with absurd sizes
+// must be clear errors, found before anything of that size is allocated.
+TEST(BundleHostileIndexTest, PastTheEndAndAbsurdSizesAreDataLoss) {
+  testing::TempDir dir;
+  const std::string prefix = dir.Sub("ckpt");
+  IndexBuilder index(1);
+  auto entry = [](int dtype, Shape shape, int64_t offset, int64_t size) {
+    tf::BundleEntryProto e;
+    e.set_dtype(dtype);
+    *e.mutable_shape() = ShapeToProto(shape);
+    e.set_offset(offset);
+    e.set_size(size);
+    return e;
+  };
+  ASSERT_TRUE(index.Add("past_end", entry(kFloat, {4}, 8, 16)).ok());
+  ASSERT_TRUE(index.Add("huge", entry(kFloat, {int64_t{1} << 40}, 0, int64_t{4} << 40)).ok());
+  tf::BundleEntryProto sliced = entry(kFloat, {int64_t{1} << 40}, 0, 0);
+  *sliced.add_slices() = BoxToSliceProto(Box{{0}, {2}}, {int64_t{1} << 40});
+  ASSERT_TRUE(index.Add("sparse", sliced).ok());
+  ASSERT_TRUE(index.Add(ordered_code::EncodeTensorNameSlice("sparse", Box{{0}, {2}}, {int64_t{1} << 40}),
+                        entry(kFloat, {2}, 0, 8)).ok());
+  auto bytes = index.Finish();
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(fs()->WriteFileAtomically(IndexPath(prefix), *bytes).ok());
+  ASSERT_TRUE(fs()->WriteFileAtomically(DataPath(prefix, 0, 1), std::string(12, 'x')).ok());
+
+  auto reader = BundleReader::Open(fs(), prefix);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (const char* name : {"past_end", "huge", "sparse"}) {
+    auto info = (*reader)->Lookup(name);
+    ASSERT_TRUE(info.ok()) << name;
+    absl::Status s = (*reader)->CheckBoxReadable(*info, Box::Full(info->shape));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << name << ": " << s;
+    EXPECT_NE(s.message().find(name), absl::string_view::npos) << s;
+  }
+  // A size that disagrees with shape x dtype, or one that overflows, fails Open.
+  IndexBuilder liar(1);
+  ASSERT_TRUE(liar.Add("liar", entry(kFloat, {4}, 0, 1 << 30)).ok());
+  ASSERT_TRUE(fs()->WriteFileAtomically(IndexPath(prefix), *liar.Finish()).ok());
+  EXPECT_EQ(BundleReader::Open(fs(), prefix).status().code(), absl::StatusCode::kDataLoss);
+  IndexBuilder overflow(1);
+  ASSERT_TRUE(overflow.Add("overflow", entry(kDouble, {int64_t{1} << 62, 4}, 0, 8)).ok());
+  ASSERT_TRUE(fs()->WriteFileAtomically(IndexPath(prefix), *overflow.Finish()).ok());
+  EXPECT_EQ(BundleReader::Open(fs(), prefix).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST(CheckpointStateTest, RoundTrip) {
   CheckpointState state{"step-00000003/ckpt", {"step-00000001/ckpt", "step-00000003/ckpt"}};
   auto parsed = ParseCheckpointState(FormatCheckpointState(state));

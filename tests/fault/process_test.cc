@@ -1,0 +1,327 @@
+// Real daemons under mpirun, hurt for real: SIGKILL at random moments during saves
+// (then a restart), SIGSTOP past the commit deadline, a trainer whose stream breaks,
+// corrupt and missing files, retention, and a disk that fills up.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "tests/common/temp_dir.h"
+#include "tests/fault/in_process_job.h"
+#include "tests/integration/cluster.h"
+
+namespace ckptd::testing {
+namespace {
+
+constexpr int kRanks = 2;
+
+// The same model InProcessJob saves, sent by trainer `t` (one per daemon).
+absl::Status SaveModel(Client& client, const std::string& run, int64_t step, int t,
+                       absl::Duration timeout = absl::Minutes(2)) {
+  const std::vector<float> w = ExpectedW(kRanks, step);
+  const std::vector<int64_t> r = ExpectedR(step);
+  std::vector<TensorShard> shards = {
+      {"w", kDtFloat, {2 * kRanks, 8}, {2 * t, 0}, {2, 8}, w.data() + 16 * t, 16 * sizeof(float)},
+      {"r", kDtInt64, {16}, {}, {}, r.data(), r.size() * sizeof(int64_t)},
+  };
+  SaveOptions options;
+  options.timeout = timeout;
+  RETURN_IF_ERROR(client.Save(run, step, t, kRanks, shards, options).status());
+  return client.Wait(run, step, timeout);
+}
+
+std::string ReadLog(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int KillIterations() {
+  const char* env = std::getenv("CKPTD_KILL_ITERATIONS");
+  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 30;
+}
+
+TEST(ProcessFaultTest, SigkillDuringSavesNeverExposesAPartialCheckpoint) {
+  TempDir root;
+  std::mt19937 rng(20261202);
+  int64_t next_step = 1;
+  int orphans_seen = 0;
+  const int iterations = KillIterations();
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    SCOPED_TRACE(absl::StrCat("iteration ", iteration));
+    Cluster cluster(kRanks, root.path());
+    ASSERT_TRUE(cluster.Start().ok());
+    const pid_t victim = cluster.Pid(static_cast<int>(rng() % kRanks));
+    ASSERT_GT(victim, 0);
+    // The first commit after a restart cleans what the last kill left behind.
+    auto first = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "kill", next_step, t); });
+    for (const absl::Status& s : first) ASSERT_TRUE(s.ok()) << s;
+    ++next_step;
+    std::vector<int64_t> visible;
+    ASSERT_EQ(CheckVisibleState(root.path(), "kill", kRanks, /*strict=*/true, &visible), "");
+    const auto names = PosixFileSystem()->ListDir(JoinPath(root.path(), "kill"));
+    ASSERT_TRUE(names.ok());
+    for (const std::string& name : *names) {
+      ASSERT_NE(name[0], '.') << "orphan " << name << " survived a commit after restart";
+    }
+    if (ReadLog(cluster.log()).find("removed orphaned") != std::string::npos) ++orphans_seen;
+
+    // Trainers save step after step; a daemon dies at a random moment among them.
+    std::atomic<int64_t> step{next_step};
+    std::atomic<bool> done{false};
+    std::thread saver([&] {
+      while (!done) {
+        const int64_t s = step.load();
+        auto results = RunTrainers(kRanks, [&](int t) -> absl::Status {
+          auto client = Client::Connect(cluster.Address(t), absl::Seconds(2));
+          if (!client.ok()) return client.status();
+          return SaveModel(**client, "kill", s, t, absl::Seconds(20));
+        });
+        bool all_ok = true;
+        for (const absl::Status& r : results) all_ok = all_ok && r.ok();
+        if (!all_ok) break;
+        step = s + 1;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));  // the fault's timing, not synchronization
+    ::kill(victim, SIGKILL);
+    EXPECT_NE(cluster.WaitForExit(), 0);  // Open MPI ends the whole job
+    done = true;
+    saver.join();
+    next_step = step.load() + 1;
+
+    // Whatever the moment: every visible step is complete and exact, the previous
+    // ones are intact, and TF's state file names only visible steps.
+    const std::string broken = CheckVisibleState(root.path(), "kill", kRanks, /*strict=*/false, &visible);
+    ASSERT_EQ(broken, "");
+    ASSERT_FALSE(visible.empty());
+  }
+  std::printf("kill test: %d iterations, %d restarts found and removed orphans\n", iterations, orphans_seen);
+}
+
+TEST(ProcessFaultTest, StoppedRankFailsTheStepWithDeadlineExceededEverywhere) {
+  Cluster cluster(kRanks, "", {"--commit-timeout", "2s"});
+  ASSERT_TRUE(cluster.Start().ok());
+  const pid_t rank1 = cluster.Pid(1);
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
+  absl::Status trainer1;
+  std::thread stalled([&] { trainer1 = SaveModel(*cluster.Connect(1), "stop", 1, 1); });
+  const absl::Status trainer0 = SaveModel(*cluster.Connect(0), "stop", 1, 0);
+  ::kill(rank1, SIGCONT);
+  stalled.join();
+  EXPECT_EQ(trainer0.code(), absl::StatusCode::kDeadlineExceeded) << trainer0;
+  EXPECT_NE(trainer0.message().find("rank(s) 1 never arrived"), absl::string_view::npos) << trainer0;
+  EXPECT_EQ(trainer1.code(), absl::StatusCode::kDeadlineExceeded) << trainer1;
+  EXPECT_NE(ReadLog(cluster.log()).find("rank(s) 1 never arrived"), std::string::npos);
+  auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("stop");
+  ASSERT_TRUE(steps.ok());
+  EXPECT_TRUE(steps->empty());
+  // The job recovers: the next step commits.
+  auto next = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "stop", 2, t); });
+  for (const absl::Status& s : next) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+TEST(ProcessFaultTest, TrainerThatNeverArrivesFailsTheStepAtTheDeadline) {
+  Cluster cluster(kRanks, "", {"--commit-timeout", "1s"});
+  ASSERT_TRUE(cluster.Start().ok());
+  const absl::Status lonely = SaveModel(*cluster.Connect(0), "absent", 1, 0);
+  EXPECT_EQ(lonely.code(), absl::StatusCode::kDeadlineExceeded) << lonely;
+  EXPECT_NE(lonely.message().find("missing trainer(s) 1"), absl::string_view::npos) << lonely;
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+TEST(ProcessFaultTest, BrokenTrainerStreamFailsTheStepForEveryoneAndFreesMemory) {
+  Cluster cluster(kRanks);
+  ASSERT_TRUE(cluster.Start().ok());
+  // Trainer 0 stages its part completely.
+  const std::vector<float> w = ExpectedW(kRanks, 1);
+  const std::vector<int64_t> r = ExpectedR(1);
+  auto client0 = cluster.Connect(0);
+  ASSERT_TRUE(client0->Save("cut", 1, 0, kRanks,
+                            {{"w", kDtFloat, {4, 8}, {0, 0}, {2, 8}, w.data(), 64},
+                             {"r", kDtInt64, {16}, {}, {}, r.data(), 128}}).ok());
+  // Trainer 1 sends its header and part of its bytes, then its stream ends, as when
+  // the trainer process dies mid-stream (the daemon sees the same short stream).
+  {
+    auto channel = grpc::CreateChannel("unix:" + cluster.Address(1), grpc::InsecureChannelCredentials());
+    auto stub = v1::Ckptd::NewStub(channel);
+    grpc::ClientContext ctx;
+    v1::SaveResponse response;
+    auto writer = stub->Save(&ctx, &response);
+    v1::SaveRequest header;
+    v1::SaveHeader* h = header.mutable_header();
+    h->set_run("cut");
+    h->set_step(1);
+    h->set_trainer_id(1);
+    h->set_trainer_count(kRanks);
+    v1::TensorDescriptor* t = h->add_tensors();
+    t->set_name("w");
+    t->set_dtype(kDtFloat);
+    t->add_shape(4);
+    t->add_shape(8);
+    t->mutable_box()->add_start(2);
+    t->mutable_box()->add_start(0);
+    t->mutable_box()->add_length(2);
+    t->mutable_box()->add_length(8);
+    ASSERT_TRUE(writer->Write(header));
+    v1::SaveRequest data;
+    data.set_data(std::string(20, 'x'));
+    ASSERT_TRUE(writer->Write(data));
+    writer->WritesDone();
+    const grpc::Status cut = writer->Finish();
+    EXPECT_EQ(cut.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << cut.error_message();
+  }
+  // Another run on the same daemons is unaffected.
+  auto other = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "other", 1, t); });
+  for (const absl::Status& s : other) EXPECT_TRUE(s.ok()) << s;
+  const absl::Status waited = client0->Wait("cut", 1);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+  EXPECT_NE(waited.message().find("trainer 1"), absl::string_view::npos) << waited;
+  EXPECT_EQ(cluster.Connect(1)->Wait("cut", 1).code(), absl::StatusCode::kAborted);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    auto status = cluster.Connect(rank)->Status();
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(status->bytes_staged(), 0) << "rank " << rank;
+  }
+  auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("cut");
+  EXPECT_TRUE(steps.ok() && steps->empty());
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+TEST(ProcessFaultTest, CorruptionIsDataLossAndFallbackFindsTheNewestGoodStep) {
+  Cluster cluster(kRanks);
+  ASSERT_TRUE(cluster.Start().ok());
+  for (int64_t step : {1, 2}) {
+    auto results = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "rot", step, t); });
+    for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  }
+  CheckpointStore store(PosixFileSystem(), cluster.root());
+  const std::string prefix = CheckpointStore::Prefix(store.StepDir("rot", 2));
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
+  ASSERT_TRUE(reader.ok());
+  const tf::BundleEntryProto* r = (*reader)->Find("r");
+  const std::string data_file = DataPath(prefix, r->shard_id(), kRanks);
+  auto bytes = PosixFileSystem()->ReadFileToString(data_file, 1 << 20);
+  (*bytes)[r->offset() + 3] ^= 0x04;
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(data_file, *bytes).ok());
+
+  auto client = cluster.Connect(0);
+  std::vector<int64_t> out(16);
+  const RestoreTarget target{"r", kDtInt64, {16}, {}, {}, out.data(), 128};
+  absl::StatusOr<int64_t> plain = client->Restore("rot", std::nullopt, {target});
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(plain.status().message().find("'r'"), absl::string_view::npos);
+
+  grpc::ClientContext ctx;
+  auto stub = v1::Ckptd::NewStub(grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
+  v1::RestoreRequest request;
+  request.set_run("rot");
+  request.set_latest(true);
+  request.set_fallback(true);
+  request.add_tensors()->set_name("r");
+  auto stream = stub->Restore(&ctx, request);
+  v1::RestoreResponse message;
+  std::string note;
+  int64_t restored = -1;
+  std::string got;
+  while (stream->Read(&message)) {
+    if (message.has_header()) {
+      restored = message.header().step();
+      note = message.header().note();
+    } else {
+      got += message.chunk().data();
+    }
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(restored, 1);
+  EXPECT_NE(note.find("skipped step 2"), std::string::npos) << note;
+  const std::vector<int64_t> want = ExpectedR(1);
+  EXPECT_EQ(got, std::string(reinterpret_cast<const char*>(want.data()), 128));
+
+  // A missing data file is DATA_LOSS naming the file.
+  ASSERT_TRUE(PosixFileSystem()->DeleteFile(DataPath(CheckpointStore::Prefix(store.StepDir("rot", 1)), 0, kRanks)).ok());
+  absl::Status missing = client->Restore("rot", 1, {target}).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kDataLoss) << missing;
+  EXPECT_NE(missing.message().find("data-00000-of-00002"), absl::string_view::npos) << missing;
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+TEST(ProcessFaultTest, RetentionKeepsLastAndEveryKthAndNeverTheNewest) {
+  Cluster cluster(kRanks, "", {"--keep-last", "2", "--keep-every-n-steps", "10"});
+  ASSERT_TRUE(cluster.Start().ok());
+  for (int64_t step : {5, 10, 15, 20, 25}) {
+    auto results = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "keep", step, t); });
+    for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  }
+  std::vector<int64_t> visible;
+  ASSERT_EQ(CheckVisibleState(cluster.root(), "keep", kRanks, /*strict=*/true, &visible), "");
+  EXPECT_EQ(visible, (std::vector<int64_t>{10, 20, 25}));
+  EXPECT_EQ(cluster.Stop(), 0);
+
+  // ckptctl gc: a dry run changes nothing; a real one keeps the newest.
+  const std::string run_dir = JoinPath(cluster.root(), "keep");
+  std::string out;
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " gc ", run_dir, " --keep-last 1 --dry-run"), &out), 0) << out;
+  EXPECT_NE(out.find("would remove step 10"), std::string::npos) << out;
+  ASSERT_EQ(CheckVisibleState(cluster.root(), "keep", kRanks, true, &visible), "");
+  EXPECT_EQ(visible.size(), 3u);
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " gc ", run_dir, " --keep-last 1"), &out), 0) << out;
+  ASSERT_EQ(CheckVisibleState(cluster.root(), "keep", kRanks, true, &visible), "");
+  EXPECT_EQ(visible, (std::vector<int64_t>{25}));
+}
+
+TEST(ProcessFaultTest, DiskFullFailsTheStepCleanlyAndTheNextSaveSucceeds) {
+  TempDir mount_point;
+  if (::mount("tmpfs", mount_point.path().c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): " << std::strerror(errno);
+  }
+  {
+    Cluster cluster(kRanks, mount_point.path());
+    ASSERT_TRUE(cluster.Start().ok());
+    auto first = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "full", 1, t); });
+    for (const absl::Status& s : first) ASSERT_TRUE(s.ok()) << s;
+    // 6 MiB does not fit in what is left of 4 MiB.
+    std::vector<char> big(3 << 20, 'z');
+    auto results = RunTrainers(kRanks, [&](int t) -> absl::Status {
+      auto client = cluster.Connect(t);
+      RETURN_IF_ERROR(client->Save("full", 2, t, kRanks,
+                                   {{"big", kDtUint8, {6 << 20}, {t * (3 << 20)}, {3 << 20}, big.data(), big.size()}})
+                          .status());
+      return client->Wait("full", 2);
+    });
+    for (const absl::Status& s : results) EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    std::vector<int64_t> visible;
+    EXPECT_EQ(CheckVisibleState(mount_point.path(), "full", kRanks, true, &visible), "");
+    EXPECT_EQ(visible, (std::vector<int64_t>{1}));
+    const auto names = PosixFileSystem()->ListDir(JoinPath(mount_point.path(), "full"));
+    ASSERT_TRUE(names.ok());
+    for (const std::string& name : *names) {
+      EXPECT_NE(name[0], '.') << name << " left behind";
+    }
+    // The failed step's space is back: the next save succeeds and the daemons serve.
+    auto next = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "full", 3, t); });
+    for (const absl::Status& s : next) EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(cluster.Stop(), 0);
+  }
+  ::umount2(mount_point.path().c_str(), MNT_DETACH);
+}
+
+}  // namespace
+}  // namespace ckptd::testing

@@ -1,0 +1,57 @@
+#include "daemon/coord/checkpoint_store.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/bundle/bundle.h"
+#include "tests/common/temp_dir.h"
+
+namespace ckptd {
+namespace {
+
+// Makes <root>/run/step-N look committed (an index file is what counts).
+void FakeStep(const CheckpointStore& store, int64_t step) {
+  const std::string dir = store.StepDir("run", step);
+  ASSERT_TRUE(store.fs()->CreateDirs(dir, 0755).ok());
+  ASSERT_TRUE(store.fs()->WriteFileAtomically(IndexPath(CheckpointStore::Prefix(dir)), "x").ok());
+}
+
+TEST(CheckpointStoreTest, RetentionKeepsNewestLastEveryKthAndProtected) {
+  testing::TempDir root;
+  CheckpointStore store(PosixFileSystem(), root.path());
+  for (int64_t step : {1, 2, 3, 4, 5, 6, 7, 8}) FakeStep(store, step);
+  auto dry = store.ApplyRetention("run", 2, 3, {1}, /*dry_run=*/true);
+  ASSERT_TRUE(dry.ok());
+  EXPECT_EQ(*dry, (std::vector<int64_t>{2, 4, 5}));  // keeps 1 (restoring), 3, 6 (every 3rd), 7, 8 (last 2)
+  EXPECT_EQ(store.ListSteps("run")->size(), 8u);
+  auto removed = store.ApplyRetention("run", 2, 3, {1}, false);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{1, 3, 6, 7, 8}));
+  auto state = ParseCheckpointState(*store.fs()->ReadFileToString(JoinPath(store.RunDir("run"), "checkpoint"), 4096));
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->model_checkpoint_path, "step-00000008/ckpt");
+  EXPECT_EQ(state->all_model_checkpoint_paths.size(), 5u);
+  // keep_last 1 still keeps the newest; nothing is left half-deleted.
+  ASSERT_TRUE(store.ApplyRetention("run", 1, 0, {}, false).ok());
+  EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{8}));
+  const auto names = store.fs()->ListDir(store.RunDir("run"));
+  ASSERT_TRUE(names.ok());
+  for (const std::string& name : *names) {
+    EXPECT_NE(name.rfind(".deleted-", 0), 0u) << name;
+  }
+}
+
+TEST(CheckpointStoreTest, RemoveOrphansTakesTempDirsAndHalfWrittenStateOnly) {
+  testing::TempDir root;
+  CheckpointStore store(PosixFileSystem(), root.path());
+  FakeStep(store, 1);
+  ASSERT_TRUE(store.fs()->CreateDirs(store.TempDir("run", 2), 0755).ok());
+  ASSERT_TRUE(store.fs()->WriteFileAtomically(JoinPath(store.RunDir("run"), "checkpoint.tmp"), "half").ok());
+  auto removed = store.RemoveOrphans("run");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), 2u);
+  EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(store.fs()->Exists(store.TempDir("run", 2)));
+}
+
+}  // namespace
+}  // namespace ckptd

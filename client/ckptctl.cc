@@ -188,8 +188,8 @@ int Gc(const std::string& dir, int keep_last, int keep_every, bool dry_run, bool
   return 0;
 }
 
-int Status(const std::string& address, bool json) {
-  auto client = ckptd::Client::Connect(address, absl::Seconds(5));
+int Status(const std::string& address, const ckptd::TlsFiles& tls, bool json) {
+  auto client = ckptd::Client::Connect(address, absl::Seconds(5), tls.ca.empty() ? nullptr : &tls);
   if (!client.ok()) return Error(client.status());
   auto status = (*client)->Status();
   if (!status.ok()) return Error(status.status());
@@ -241,12 +241,16 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "ask a running daemon for its state");
   status->add_option("--address", address, "daemon socket (default $CKPTD_ADDRESS)");
   status->add_flag("--json", json, "print compact JSON");
+  ckptd::TlsFiles tls;
+  status->add_option("--tls-cert", tls.cert, "client certificate (PEM) for a TCP address");
+  status->add_option("--tls-key", tls.key, "client key (PEM)");
+  status->add_option("--tls-ca", tls.ca, "CA certificate (PEM) the daemon's certificate must chain to");
 
   CLI11_PARSE(app, argc, argv);
   if (ls->parsed()) return Ls(target, json);
   if (inspect->parsed()) return Inspect(target, json);
   if (verify->parsed()) return Verify(target);
   if (gc->parsed()) return Gc(target, keep_last, keep_every, dry_run, json);
-  if (status->parsed()) return Status(address, json);
+  if (status->parsed()) return Status(address, tls, json);
   return 2;
 }

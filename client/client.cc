@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -34,7 +36,20 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 Client::Client(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)), stub_(v1::Ckptd::NewStub(channel_)) {}
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, absl::Duration timeout) {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, absl::Duration timeout,
+                                                        const TlsFiles* tls) {
   std::string target = address;
   if (target.empty()) {
     const char* env = std::getenv("CKPTD_ADDRESS");
@@ -47,7 +62,23 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls != nullptr) {
+    grpc::SslCredentialsOptions options;
+    auto ca = ReadPem(tls->ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    if (!tls->cert.empty()) {
+      auto cert = ReadPem(tls->cert);
+      auto key = ReadPem(tls->key);
+      if (!cert.ok()) return cert.status();
+      if (!key.ok()) return key.status();
+      options.pem_cert_chain = *cert;
+      options.pem_private_key = *key;
+    }
+    credentials = grpc::SslCredentials(options);
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   if (!channel->WaitForConnected(DeadlineIn(timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ckptd at ", target, " within ",
                                                absl::FormatDuration(timeout)));

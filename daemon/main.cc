@@ -15,7 +15,9 @@
 #include "daemon/coord/collective.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/service/ckptd_service.h"
+#include "daemon/service/credentials.h"
 
 namespace {
 
@@ -79,32 +81,59 @@ int main(int argc, char** argv) {
   const int rank = (*collective)->rank();
   if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level); !s.ok()) return Fail(s);
 
-  const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
-  const std::string socket_dir = ckptd::DirName(socket);
-  for (absl::Status s : {fs->CreateDirs(socket_dir, 0700), fs->SetMode(socket_dir, 0700),
-                         fs->CreateDirs(config.root, 0755)}) {
-    if (!s.ok()) {
-      spdlog::critical("start-up: {}", std::string(s.message()));
-      (*collective)->Abort(2);
-    }
-  }
-  if (fs->Exists(socket)) fs->DeleteFile(socket).IgnoreError();
+  auto fatal = [&](const absl::Status& s) {
+    spdlog::critical("start-up: {}", std::string(s.message()));
+    (*collective)->Abort(2);
+  };
+  if (absl::Status s = fs->CreateDirs(config.root, 0755); !s.ok()) fatal(s);
 
-  ckptd::StagingArea staging;
+  // Who may talk to this daemon: by default its own uid and root.
+  ckptd::PeerPolicy policy;
+  policy.allowed_uids.insert(config.allowed_uids.begin(), config.allowed_uids.end());
+  policy.allowed_gids.insert(config.allowed_gids.begin(), config.allowed_gids.end());
+  if (config.allowed_uids.empty()) policy.allowed_uids = {::getuid(), 0};
+  gid_t socket_group = static_cast<gid_t>(-1);
+  if (!config.socket_group.empty()) {
+    absl::StatusOr<gid_t> gid = ckptd::ResolveGroup(config.socket_group);
+    if (!gid.ok()) fatal(gid.status());
+    socket_group = *gid;
+  }
+  const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
+  absl::StatusOr<std::unique_ptr<ckptd::LocalListener>> listener = ckptd::LocalListener::Listen(socket, socket_group);
+  if (!listener.ok()) fatal(listener.status());
+
+  ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(fs, config.root);
-  ckptd::CkptdService service({rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes)},
-                              &registry, &store, &staging);
+  ckptd::PeerTable peers;
+  ckptd::ServiceContext context{rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes),
+                                config.max_tensors_per_request, config.max_request_bytes, ""};
+  ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!config.tcp_address.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        ckptd::MutualTlsCredentials(fs, config.tls_cert, config.tls_key, config.tls_ca);
+    if (!tls.ok()) fatal(tls.status());
+    builder.AddListeningPort(config.tcp_address, *tls, &tcp_port);
+  }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("ckptd");
+  quota.SetMaxThreads(config.max_concurrent_rpcs);
+  builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    spdlog::critical("cannot listen on unix:{}", socket);
-    (*collective)->Abort(2);
+  if (server == nullptr || (!config.tcp_address.empty() && tcp_port == 0)) {
+    fatal(absl::UnavailableError(absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')")));
   }
+  if (tcp_port != 0) {
+    const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
+    service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
+    spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
+  }
+  (*listener)->Serve(server.get(), &peers, policy);
   spdlog::info("ckptd {} listening on unix:{}, root {}", kVersion, socket, config.root);
 
   std::atomic<bool> stop{false};
@@ -123,7 +152,7 @@ int main(int argc, char** argv) {
   // Calls still running get 2 s to finish. gRPC also waits this long for idle client
   // connections that do not answer its GOAWAY, then closes them.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  fs->DeleteFile(socket).IgnoreError();
+  listener->reset();
   if (!outcome.ok()) {
     spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
     (*collective)->Abort(3);

@@ -54,6 +54,59 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
           if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("config: commit.timeout: ", d.status().message()));
           config.commit_timeout = *d;
         }
+      } else if (key == "security") {
+        if (!value.IsMap()) return absl::InvalidArgumentError("config: security must be a map");
+        for (const auto& sub : value) {
+          const std::string subkey = sub.first.as<std::string>();
+          if (subkey == "allowed_uids") {
+            config.allowed_uids = sub.second.as<std::vector<uint32_t>>();
+          } else if (subkey == "allowed_gids") {
+            config.allowed_gids = sub.second.as<std::vector<uint32_t>>();
+          } else if (subkey == "socket_group") {
+            config.socket_group = sub.second.as<std::string>();
+          } else {
+            return absl::InvalidArgumentError(absl::StrCat("config: unknown key security.", subkey));
+          }
+        }
+      } else if (key == "limits") {
+        if (!value.IsMap()) return absl::InvalidArgumentError("config: limits must be a map");
+        for (const auto& sub : value) {
+          const std::string subkey = sub.first.as<std::string>();
+          if (subkey == "max_tensors_per_request") {
+            config.max_tensors_per_request = sub.second.as<int64_t>();
+          } else if (subkey == "max_request_bytes") {
+            config.max_request_bytes = sub.second.as<int64_t>();
+          } else if (subkey == "max_concurrent_rpcs") {
+            config.max_concurrent_rpcs = sub.second.as<int>();
+          } else {
+            return absl::InvalidArgumentError(absl::StrCat("config: unknown key limits.", subkey));
+          }
+        }
+        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 || config.max_concurrent_rpcs < 4) {
+          return absl::InvalidArgumentError("config: limits must be positive (max_concurrent_rpcs at least 4)");
+        }
+      } else if (key == "staging") {
+        if (!value.IsMap()) return absl::InvalidArgumentError("config: staging must be a map");
+        for (const auto& sub : value) {
+          const std::string subkey = sub.first.as<std::string>();
+          if (subkey != "memory_limit") {
+            return absl::InvalidArgumentError(absl::StrCat("config: unknown key staging.", subkey));
+          }
+          config.staging_memory_limit = sub.second.as<int64_t>();
+          if (config.staging_memory_limit < 1) return absl::InvalidArgumentError("config: staging.memory_limit must be positive");
+        }
+      } else if (key == "tcp") {
+        if (!value.IsMap()) return absl::InvalidArgumentError("config: tcp must be a map");
+        for (const auto& sub : value) {
+          const std::string subkey = sub.first.as<std::string>();
+          std::string* target = subkey == "address"    ? &config.tcp_address
+                                : subkey == "tls_cert" ? &config.tls_cert
+                                : subkey == "tls_key"  ? &config.tls_key
+                                : subkey == "tls_ca"   ? &config.tls_ca
+                                                       : nullptr;
+          if (target == nullptr) return absl::InvalidArgumentError(absl::StrCat("config: unknown key tcp.", subkey));
+          *target = sub.second.as<std::string>();
+        }
       } else if (key == "retention") {
         if (!value.IsMap()) return absl::InvalidArgumentError("config: retention must be a map");
         for (const auto& sub : value) {
@@ -75,6 +128,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
     return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
   }
   if (config.root.empty()) return absl::InvalidArgumentError("config: root must not be empty");
+  if (!config.tcp_address.empty() && (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
+    return absl::InvalidArgumentError(
+        "config: tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual TLS");
+  }
   if (config.socket_path.empty()) {
     return absl::InvalidArgumentError("config: socket_path must not be empty");
   }

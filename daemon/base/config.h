@@ -3,7 +3,9 @@
 #ifndef CKPTD_DAEMON_BASE_CONFIG_H_
 #define CKPTD_DAEMON_BASE_CONFIG_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -24,6 +26,26 @@ struct DaemonConfig {
   // steps (0 = keep all) plus every step divisible by keep_every_n_steps (0 = none).
   int keep_last = 0;
   int keep_every_n_steps = 0;
+  // security: who may use the local socket. Empty lists mean the daemon's own uid
+  // and root. socket_group (a group name or number) opens the socket directory
+  // 0750 and the socket 0660 to that group.
+  std::vector<uint32_t> allowed_uids;
+  std::vector<uint32_t> allowed_gids;
+  std::string socket_group;
+
+  // limits: requests over these are refused before anything large is allocated.
+  int64_t max_tensors_per_request = 100000;
+  int64_t max_request_bytes = int64_t{64} << 30;  // declared bytes in one Save
+  int max_concurrent_rpcs = 256;                  // gRPC handler threads
+  // staging.memory_limit: host memory for staged bytes; a Save waits (up to its
+  // deadline) for room rather than exceed it.
+  int64_t staging_memory_limit = int64_t{16} << 30;
+
+  // tcp: an optional TCP listener, only with mutual TLS: a server certificate and
+  // key, and the CA that client certificates must chain to.
+  std::string tcp_address;  // e.g. "0.0.0.0:7070"; empty = none
+  std::string tls_cert, tls_key, tls_ca;
+
   // Largest index file the reader accepts; guards against garbage sizes.
   int64_t max_index_bytes = int64_t{1} << 30;
 };

@@ -24,12 +24,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                                 v1::SaveResponse* response) {
-  absl::Status s = DoSave(reader, response);
+  absl::Status s = peers_->Check(ctx->peer());
+  if (s.ok()) s = DoSave(ctx, reader, response);
   if (!s.ok()) spdlog::warn("Save from {}: {}", ctx->peer(), std::string(s.message()));
   return ToGrpcStatus(s);
 }
 
-absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v1::SaveResponse* response) {
+absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
+                                  v1::SaveResponse* response) {
   if (!accepting_) return absl::UnavailableError("ckptd is shutting down");
   const absl::Time started = absl::Now();
   v1::SaveRequest message;
@@ -38,13 +40,29 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
   }
   const v1::SaveHeader header = message.header();
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
+  if (header.tensors_size() > context_.max_tensors_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", header.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
+                                                     context_.max_tensors_per_request, ")"));
+  }
   std::vector<CheckedTensor> tensors;
   RETURN_IF_ERROR(ValidateSaveHeader(header, placement, &tensors));
+  int64_t declared = 0;
+  for (const CheckedTensor& t : tensors) {
+    declared = t.bytes > INT64_MAX - declared ? INT64_MAX : declared + t.bytes;
+  }
+  if (declared > context_.max_request_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared, " declared bytes exceed limits.max_request_bytes (",
+                                                     context_.max_request_bytes, ")"));
+  }
+  if (declared > staging_->limit()) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
+                                                     staging_->limit(), ")"));
+  }
   if (store_->IsCommitted(header.run(), header.step())) {
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
   const StepKey key{header.run(), header.step()};
-  absl::StatusOr<TrainerPayload> payload = ReceiveData(reader, header, placement, tensors);
+  absl::StatusOr<TrainerPayload> payload = ReceiveData(ctx, reader, header, placement, tensors);
   if (!payload.ok()) {
     // The trainer was part of this step: without its bytes the step cannot commit, so
     // it fails for every trainer now rather than at the deadline. Staged memory for
@@ -62,10 +80,13 @@ absl::Status CkptdService::DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::SaveRequest>* reader,
+absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ctx,
+                                                         grpc::ServerReader<v1::SaveRequest>* reader,
                                                          const v1::SaveHeader& header, const Placement& placement,
                                                          const std::vector<CheckedTensor>& tensors) {
   v1::SaveRequest message;
+  // When staging memory is full, wait for room as long as the caller's deadline allows.
+  const absl::Time deadline = absl::FromChrono(ctx->deadline());
   // One segment per box, in stream order: a tensor's box, or each of its device boxes.
   struct Segment {
     size_t tensor;
@@ -107,7 +128,7 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::
       }
       Segment& seg = segments[current];
       if (!seg.buffer.allocated()) {
-        ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes));
+        ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
       }
       const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(seg.bytes - filled));
       std::memcpy(seg.buffer.data() + filled, data.data() + used, n);
@@ -134,7 +155,7 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::
     StagedTensor staged{t.name, t.dtype, t.shape, seg.box, std::move(seg.buffer), t.has_layout, t.sharding_specs};
     if (header.store_float32_as_bfloat16() && staged.dtype == kFloat) {
       const size_t count = static_cast<size_t>(staged.box.NumElements());
-      ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2)));
+      ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2), deadline));
       RETURN_IF_ERROR(ConvertElements(kFloat, staged.bytes.data(), kBfloat16, narrow.data(), count));
       staged.bytes = std::move(narrow);
       staged.dtype = kBfloat16;
@@ -143,7 +164,7 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::
   }
   for (const auto& [key, value] : header.trainer_state()) {
     const std::string encoded = EncodeStringScalar(value);
-    ASSIGN_OR_RETURN(StagedBuffer buffer, staging_->Allocate(static_cast<int64_t>(encoded.size())));
+    ASSIGN_OR_RETURN(StagedBuffer buffer, staging_->Allocate(static_cast<int64_t>(encoded.size()), deadline));
     std::memcpy(buffer.data(), encoded.data(), encoded.size());
     payload.tensors.push_back(
         {TrainerStateName(header.trainer_id(), key), kString, {}, Box{}, std::move(buffer), false, {}});
@@ -154,7 +175,8 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerReader<v1::
 grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
                                              v1::WaitResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (absl::Status s = ValidateRunName(request->run()); !s.ok()) {
+  absl::Status allowed = peers_->Check(ctx->peer());
+  if (absl::Status s = allowed.ok() ? ValidateRunName(request->run()) : allowed; !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
@@ -173,7 +195,8 @@ grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, c
 grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* request,
                                                 v1::BarrierResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::Status s = ValidateRunName(request->run());
+  absl::Status s = peers_->Check(ctx->peer());
+  if (s.ok()) s = ValidateRunName(request->run());
   if (s.ok() && (request->trainer_count() < 1 || request->trainer_id() < 0 ||
                  request->trainer_id() >= request->trainer_count())) {
     s = absl::InvalidArgumentError("trainer_id: must lie in [0, trainer_count) with trainer_count >= 1");
@@ -194,7 +217,8 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
 
 grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
                                    grpc::ServerWriter<v1::RestoreResponse>* writer) {
-  absl::Status s = DoRestore(*request, writer);
+  absl::Status s = peers_->Check(ctx->peer());
+  if (s.ok()) s = DoRestore(*request, writer);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", ctx->peer(), std::string(s.message()));
   return ToGrpcStatus(s);
 }
@@ -357,6 +381,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
 
 grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* request,
                                            v1::ListCheckpointsResponse* response) {
+  if (absl::Status s = peers_->Check(ctx->peer()); !s.ok()) return ToGrpcStatus(s);
   std::vector<std::string> runs;
   if (!request->run().empty()) {
     if (absl::Status s = ValidateRunName(request->run()); !s.ok()) return ToGrpcStatus(s);
@@ -388,7 +413,11 @@ grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx, const v1::L
 
 grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
                                   v1::StatusResponse* response) {
+  if (absl::Status s = peers_->Check(ctx->peer()); !s.ok()) return ToGrpcStatus(s);
   response->set_rank(context_.rank);
+  response->set_peak_bytes_staged(staging_->peak_bytes_staged());
+  response->set_staging_memory_limit(staging_->limit());
+  response->set_tcp_address(context_.tcp_address);
   response->set_num_ranks(context_.num_ranks);
   response->set_version(context_.version);
   response->set_root(store_->root());

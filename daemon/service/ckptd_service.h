@@ -11,6 +11,7 @@
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/coord/checkpoint_store.h"
 #include "daemon/coord/step_registry.h"
+#include "daemon/service/local_listener.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/staging_area.h"
 
@@ -23,14 +24,19 @@ struct ServiceContext {
   int num_ranks = 1;
   std::string version;
   uint64_t max_index_bytes = 1ull << 30;
+  int64_t max_tensors_per_request = 100000;
+  int64_t max_request_bytes = int64_t{64} << 30;
+  std::string tcp_address;  // filled in once the TCP listener is up
 };
 
 class CkptdService final
     : public v1::Ckptd::WithCallbackMethod_Wait<v1::Ckptd::WithCallbackMethod_Barrier<v1::Ckptd::Service>> {
  public:
-  CkptdService(ServiceContext context, StepRegistry* registry, CheckpointStore* store,
-               StagingArea* staging)
-      : context_(std::move(context)), registry_(registry), store_(store), staging_(staging) {}
+  CkptdService(ServiceContext context, StepRegistry* registry, CheckpointStore* store, StagingArea* staging,
+               const PeerTable* peers)
+      : context_(std::move(context)), registry_(registry), store_(store), staging_(staging), peers_(peers) {}
+
+  void set_tcp_address(const std::string& address) { context_.tcp_address = address; }
 
   // After this, new Saves are refused with UNAVAILABLE.
   void StopAccepting() { accepting_ = false; }
@@ -49,9 +55,10 @@ class CkptdService final
                       v1::StatusResponse* response) override;
 
  private:
-  absl::Status DoSave(grpc::ServerReader<v1::SaveRequest>* reader, v1::SaveResponse* response);
+  absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
+                      v1::SaveResponse* response);
   // Receives the data chunks after a validated header into staged buffers.
-  absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerReader<v1::SaveRequest>* reader,
+  absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                                              const v1::SaveHeader& header, const Placement& placement,
                                              const std::vector<CheckedTensor>& tensors);
   absl::Status DoRestore(const v1::RestoreRequest& request, grpc::ServerWriter<v1::RestoreResponse>* writer);
@@ -60,6 +67,7 @@ class CkptdService final
   StepRegistry* registry_;
   CheckpointStore* store_;
   StagingArea* staging_;
+  const PeerTable* peers_;
   std::atomic<bool> accepting_{true};
 };
 

@@ -1,17 +1,19 @@
 // Host-memory staging: where a trainer's bytes live between Save and the write of
 // its step. Buffers are allocated without zero-filling (the stream overwrites them)
-// and counted so that Status can report staged bytes. StagingArea is thread-safe;
+// and counted against a budget (staging.memory_limit). StagingArea is thread-safe;
 // a StagedTensor belongs to one owner at a time (handler, then registry, then writer).
 #ifndef CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 #define CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 
-#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/layout/box.h"
 
 namespace ckptd {
@@ -59,13 +61,25 @@ struct TrainerPayload {
 
 class StagingArea {
  public:
-  // RESOURCE_EXHAUSTED when the memory cannot be had, instead of throwing.
-  absl::StatusOr<StagedBuffer> Allocate(int64_t size);
-  int64_t bytes_staged() const { return bytes_staged_.load(); }
+  explicit StagingArea(int64_t limit = INT64_MAX) : limit_(limit) {}
+
+  // Waits until `size` more bytes fit under the limit (until `deadline`), then
+  // allocates them. RESOURCE_EXHAUSTED if they never can fit, the deadline passes,
+  // or the memory cannot be had (instead of throwing).
+  absl::StatusOr<StagedBuffer> Allocate(int64_t size, absl::Time deadline = absl::InfinitePast());
+  int64_t bytes_staged() const;
+  int64_t peak_bytes_staged() const;
+  int64_t limit() const { return limit_; }
 
  private:
   friend class StagedBuffer;
-  std::atomic<int64_t> bytes_staged_{0};
+  void Release(int64_t size);
+
+  const int64_t limit_;
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  int64_t bytes_staged_ = 0;
+  int64_t peak_ = 0;
 };
 
 }  // namespace ckptd

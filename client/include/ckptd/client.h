@@ -90,12 +90,20 @@ struct NamedTensor {
 };
 using NamedTensors = std::vector<std::pair<std::string, NamedTensor>>;  // saved in this order
 
+// PEM files for a daemon's TCP listener, which only speaks mutual TLS.
+struct TlsFiles {
+  std::string cert;  // this client's certificate...
+  std::string key;   // ...and its key
+  std::string ca;    // the CA the daemon's certificate must chain to
+};
+
 class Client {
  public:
-  // `address` is "unix:/path", a plain socket path, or empty for $CKPTD_ADDRESS.
-  // Waits up to `timeout` for the daemon to accept connections.
+  // `address` is "unix:/path", a plain socket path, "host:port" (needs `tls`), or
+  // empty for $CKPTD_ADDRESS. Waits up to `timeout` for the daemon to accept.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address = "",
-                                                         absl::Duration timeout = absl::Seconds(10));
+                                                         absl::Duration timeout = absl::Seconds(10),
+                                                         const TlsFiles* tls = nullptr);
 
   // Stages this trainer's shards for (run, step); returns once they are in daemon memory.
   absl::StatusOr<SaveResult> Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,

@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <iostream>
@@ -86,6 +89,11 @@ int main(int argc, char** argv) {
     (*collective)->Abort(2);
   };
   if (absl::Status s = fs->CreateDirs(config.root, 0755); !s.ok()) fatal(s);
+  // Every checkpoint file is reached beneath the root, never through a symlink.
+  absl::StatusOr<std::unique_ptr<ckptd::FileSystem>> confined = ckptd::ConfinedFileSystem(config.root);
+  if (!confined.ok()) fatal(confined.status());
+  char resolved_root[PATH_MAX];
+  if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
 
   // Who may talk to this daemon: by default its own uid and root.
   ckptd::PeerPolicy policy;
@@ -104,7 +112,7 @@ int main(int argc, char** argv) {
 
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
-  ckptd::CheckpointStore store(fs, config.root);
+  ckptd::CheckpointStore store(confined->get(), config.root);
   ckptd::PeerTable peers;
   ckptd::ServiceContext context{rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes),
                                 config.max_tensors_per_request, config.max_request_bytes, ""};

@@ -72,6 +72,13 @@ class FileSystem {
 // The process-wide POSIX implementation. Never null; lives forever.
 FileSystem* PosixFileSystem();
 
+// A POSIX file system confined beneath `root` (an existing directory): every path
+// must lie under it; files are reached with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS) from the root, so no symlink or ".." can lead outside; new
+// files are created O_EXCL|O_NOFOLLOW. A path outside the root is PERMISSION_DENIED;
+// one through a symlink fails with ELOOP's status. Thread-safe.
+absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root);
+
 std::string JoinPath(absl::string_view a, absl::string_view b);
 std::string DirName(absl::string_view path);
 

@@ -9,21 +9,23 @@
 namespace ckptd {
 
 absl::Status ValidateRunName(const std::string& run) {
+  // [A-Za-z0-9][A-Za-z0-9._-]{0,127}: a run name becomes one directory name, so no
+  // '/', no leading '.' or '-', nothing that could be "." or "..".
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
   if (run.empty()) return absl::InvalidArgumentError("run: must not be empty");
   if (run.size() > kMaxRunNameLength) {
     return absl::InvalidArgumentError(absl::StrCat("run: longer than ", kMaxRunNameLength, " characters"));
   }
-  if (run == "." || run == "..") return absl::InvalidArgumentError("run: must not be '.' or '..'");
+  if (!alnum(run[0])) {
+    return absl::InvalidArgumentError("run: must start with a letter or digit ([A-Za-z0-9][A-Za-z0-9._-]{0,127})");
+  }
   for (char c : run) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) {
+    if (!alnum(c) && c != '.' && c != '_' && c != '-') {
       return absl::InvalidArgumentError(absl::StrCat(
           "run: character 0x", absl::Hex(static_cast<unsigned char>(c)),
-          " is not allowed (use letters, digits, '.', '_', '-'; no '/' or NUL)"));
+          " is not allowed ([A-Za-z0-9][A-Za-z0-9._-]{0,127}; no '/' or NUL)"));
     }
   }
-  if (run.find("..") != std::string::npos) return absl::InvalidArgumentError("run: must not contain '..'");
   return absl::OkStatus();
 }
 
@@ -94,8 +96,10 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
     if (t.name().empty() || t.name().size() > kMaxTensorNameLength) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
     }
-    if (t.name().find('\0') != std::string::npos || t.name()[0] == '\0') {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: must not contain NUL"));
+    for (char c : t.name()) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
+      }
     }
     if (t.name().rfind("_ckptd/", 0) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: the prefix '_ckptd/' is reserved"));

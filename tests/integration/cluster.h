@@ -32,6 +32,7 @@ class Cluster {
   std::string Address(int rank) const { return dir_.Sub("sock/ckptd-" + std::to_string(rank) + ".sock"); }
   std::string root() const { return root_.empty() ? dir_.Sub("root") : root_; }
   std::string log() const { return dir_.Sub("daemons.log"); }
+  const std::string& dir() const { return dir_.path(); }
   std::unique_ptr<Client> Connect(int rank) const;
   // The daemon process of `rank`, from its Status; -1 if it does not answer.
   pid_t Pid(int rank) const;

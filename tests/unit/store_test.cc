@@ -1,6 +1,7 @@
 #include "daemon/coord/checkpoint_store.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "daemon/bundle/bundle.h"
 #include "tests/common/temp_dir.h"
@@ -51,6 +52,47 @@ TEST(CheckpointStoreTest, RemoveOrphansTakesTempDirsAndHalfWrittenStateOnly) {
   EXPECT_EQ(removed->size(), 2u);
   EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{1}));
   EXPECT_FALSE(store.fs()->Exists(store.TempDir("run", 2)));
+}
+
+}  // namespace
+}  // namespace ckptd
+
+namespace ckptd {
+namespace {
+
+TEST(ConfinedFileSystemTest, NeverLeavesTheRoot) {
+  testing::TempDir root, outside;
+  auto fs = ConfinedFileSystem(root.path());
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  const std::string link = JoinPath(root.path(), "link");
+  ASSERT_EQ(::symlink(outside.path().c_str(), link.c_str()), 0);
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(JoinPath(outside.path(), "secret"), "s").ok());
+
+  EXPECT_FALSE((*fs)->NewWritableFile(JoinPath(link, "x")).ok());
+  EXPECT_FALSE((*fs)->NewRandomAccessFile(JoinPath(link, "secret")).ok());
+  EXPECT_FALSE((*fs)->CreateDir(JoinPath(link, "d"), 0755).ok());
+  EXPECT_FALSE((*fs)->ListDir(link).ok());
+  EXPECT_FALSE((*fs)->IsDirectory(link));
+  EXPECT_EQ((*fs)->NewRandomAccessFile("/etc/passwd").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*fs)->NewWritableFile(JoinPath(root.path(), "../escape")).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Removing the link removes the link, not what it points to.
+  EXPECT_TRUE((*fs)->DeleteRecursively(link).ok());
+  EXPECT_TRUE(PosixFileSystem()->Exists(JoinPath(outside.path(), "secret")));
+  // A symlink planted where a file will be created is replaced, not written through.
+  const std::string target = JoinPath(root.path(), "f");
+  ASSERT_EQ(::symlink(JoinPath(outside.path(), "secret").c_str(), target.c_str()), 0);
+  auto file = (*fs)->NewWritableFile(target);
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->Append("mine").ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ(*PosixFileSystem()->ReadFileToString(JoinPath(outside.path(), "secret"), 16), "s");
+  // Ordinary work beneath the root.
+  ASSERT_TRUE((*fs)->CreateDirs(JoinPath(root.path(), "a/b"), 0755).ok());
+  ASSERT_TRUE((*fs)->WriteFileAtomically(JoinPath(root.path(), "a/b/c"), "data").ok());
+  EXPECT_EQ(*(*fs)->ReadFileToString(JoinPath(root.path(), "a/b/c"), 16), "data");
+  EXPECT_TRUE((*fs)->DeleteRecursively(JoinPath(root.path(), "a")).ok());
+  EXPECT_FALSE((*fs)->Exists(JoinPath(root.path(), "a")));
 }
 
 }  // namespace

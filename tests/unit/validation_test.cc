@@ -39,8 +39,14 @@ TEST(ValidationTest, GoodHeader) {
 
 TEST(ValidationTest, RunNames) {
   EXPECT_TRUE(ValidateRunName("a.b_c-1").ok());
-  for (const std::string& bad : {std::string(""), std::string("a/b"), std::string(".."), std::string("."),
-                                 std::string("a..b"), std::string("x\0y", 3), std::string(129, 'r')}) {
+  EXPECT_TRUE(ValidateRunName("0..9").ok());  // dots inside are harmless: no '/' can follow
+  EXPECT_TRUE(ValidateRunName(std::string(128, 'r')).ok());
+  // Path traversal and friends.
+  for (const std::string& bad :
+       {std::string(""), std::string("a/b"), std::string(".."), std::string("."), std::string("../etc"),
+        std::string("a/../../b"), std::string("/etc/passwd"), std::string(".hidden"), std::string("-rf"),
+        std::string("_x"), std::string("a\\b"), std::string("a b"), std::string("caf\xc3\xa9"),
+        std::string("x\0y", 3), std::string("line\nbreak"), std::string(129, 'r')}) {
     EXPECT_EQ(ValidateRunName(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -10,7 +10,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libleveldb-dev libsnappy-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev openssl util-linux clang libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy
 )
 

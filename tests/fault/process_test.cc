@@ -119,10 +119,13 @@ TEST(ProcessFaultTest, StoppedRankFailsTheStepWithDeadlineExceededEverywhere) {
   Cluster cluster(kRanks, "", {"--commit-timeout", "2s"});
   ASSERT_TRUE(cluster.Start().ok());
   const pid_t rank1 = cluster.Pid(1);
+  // Connected before the stop: a stopped daemon cannot finish a handshake.
+  std::unique_ptr<Client> client0 = cluster.Connect(0), client1 = cluster.Connect(1);
+  ASSERT_TRUE(client0 != nullptr && client1 != nullptr);
   ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
   absl::Status trainer1;
-  std::thread stalled([&] { trainer1 = SaveModel(*cluster.Connect(1), "stop", 1, 1); });
-  const absl::Status trainer0 = SaveModel(*cluster.Connect(0), "stop", 1, 0);
+  std::thread stalled([&] { trainer1 = SaveModel(*client1, "stop", 1, 1); });
+  const absl::Status trainer0 = SaveModel(*client0, "stop", 1, 0);
   ::kill(rank1, SIGCONT);
   stalled.join();
   EXPECT_EQ(trainer0.code(), absl::StatusCode::kDeadlineExceeded) << trainer0;

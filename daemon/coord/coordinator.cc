@@ -276,10 +276,12 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
       trainers.push_back({t.trainer(), host, t.mesh(), {t.device_ids().begin(), t.device_ids().end()}});
     }
   }
-  absl::StatusOr<std::string> mesh = CheckMeshCoverage(trainers);
+  // A rank that already failed the step (its deadline passed, its staged bytes are
+  // gone) decides the outcome: whatever the rest would plan, the step fails the same
+  // way everywhere.
+  absl::StatusOr<std::string> mesh = failed_somewhere.ok() ? CheckMeshCoverage(trainers) : failed_somewhere;
   absl::StatusOr<SavePlan> plan = mesh.ok() ? MakeSavePlan(shards, collective_->size()) : mesh.status();
   if (plan.ok()) plan->mesh = *mesh;
-  if (plan.ok() && !failed_somewhere.ok()) plan = failed_somewhere;
   if (!plan.ok()) {
     spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step, std::string(plan.status().message()));
     failed_here_.erase(key);

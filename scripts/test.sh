@@ -59,7 +59,7 @@ case "$MODE" in
       corpus="tests/fuzz/corpus/${target#fuzz_}"
       work="$(mktemp -d)"
       echo "== $target for ${FUZZ_SECONDS}s (seed corpus $corpus)"
-      "$DIR/$target" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+      "$DIR/tests/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
         "$work" "$corpus"
       rm -rf "$work"
     done

@@ -6,6 +6,7 @@
 #include <leveldb/options.h>
 #include <leveldb/table.h>
 #include <leveldb/table_builder.h>
+#include <snappy.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -57,6 +58,90 @@ class StringSource : public leveldb::RandomAccessFile {
 };
 
 bool IsSliceKey(const std::string& key) { return !key.empty() && key[0] == '\0'; }
+
+// LevelDB sizes its read buffers from block handles in the file before it checks
+// anything, so a hostile index could make it allocate gigabytes. Every handle it will
+// follow (footer, index block, data blocks, and Snappy's declared lengths) is checked
+// here against the file first.
+bool GetVarint64(absl::string_view* in, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct BlockHandle {
+  uint64_t offset = 0, size = 0;
+};
+
+constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ull;
+constexpr size_t kFooterSize = 48;
+constexpr size_t kBlockTrailer = 5;  // type byte + crc32c
+constexpr uint64_t kMaxSnappyRatio = 64;
+
+// The block's bytes, uncompressed if Snappy, after checking its handle and sizes.
+absl::StatusOr<std::string> CheckedBlock(const std::string& file, const BlockHandle& h) {
+  if (h.offset > file.size() || h.size > file.size() - h.offset || kBlockTrailer > file.size() - h.offset - h.size) {
+    return absl::DataLossError("a block handle points past the end of the index");
+  }
+  const char* data = file.data() + h.offset;
+  const char type = data[h.size];
+  if (type == 0) return std::string(data, h.size);
+  if (type != 1) return absl::DataLossError("unknown block compression");
+  size_t length = 0;
+  if (!snappy::GetUncompressedLength(data, h.size, &length) || length > kMaxSnappyRatio * (h.size + 64)) {
+    return absl::DataLossError("a Snappy block declares an implausible length");
+  }
+  std::string out(length, '\0');
+  if (!snappy::RawUncompress(data, h.size, out.data())) return absl::DataLossError("a Snappy block does not decode");
+  return out;
+}
+
+absl::Status CheckTableLayout(const std::string& file) {
+  if (file.size() < kFooterSize) return absl::DataLossError("shorter than a table footer");
+  absl::string_view footer(file.data() + file.size() - kFooterSize, kFooterSize);
+  uint64_t magic = 0;
+  std::memcpy(&magic, footer.data() + kFooterSize - 8, 8);
+  if (magic != kTableMagic) return absl::DataLossError("not a table (bad magic number)");
+  BlockHandle meta, index;
+  if (!GetVarint64(&footer, &meta.offset) || !GetVarint64(&footer, &meta.size) || !GetVarint64(&footer, &index.offset) ||
+      !GetVarint64(&footer, &index.size)) {
+    return absl::DataLossError("garbled table footer");
+  }
+  RETURN_IF_ERROR(CheckedBlock(file, meta).status());
+  ASSIGN_OR_RETURN(std::string block, CheckedBlock(file, index));
+  // Index block: entries (shared, non_shared, value_length, key delta, value), then
+  // the restart array and its count. Each value is a data block's handle.
+  if (block.size() < 4) return absl::DataLossError("index block too short");
+  uint32_t restarts = 0;
+  std::memcpy(&restarts, block.data() + block.size() - 4, 4);
+  if (restarts > (block.size() - 4) / 4) return absl::DataLossError("index block restart array overflows");
+  absl::string_view entries(block.data(), block.size() - 4 - 4 * static_cast<size_t>(restarts));
+  while (!entries.empty()) {
+    uint64_t shared = 0, non_shared = 0, value_length = 0;
+    if (!GetVarint64(&entries, &shared) || !GetVarint64(&entries, &non_shared) ||
+        !GetVarint64(&entries, &value_length) || non_shared > entries.size() ||
+        value_length > entries.size() - non_shared) {
+      return absl::DataLossError("garbled index block entry");
+    }
+    entries.remove_prefix(non_shared);
+    absl::string_view value = entries.substr(0, value_length);
+    entries.remove_prefix(value_length);
+    BlockHandle data;
+    if (!GetVarint64(&value, &data.offset) || !GetVarint64(&value, &data.size)) {
+      return absl::DataLossError("garbled block handle");
+    }
+    RETURN_IF_ERROR(CheckedBlock(file, data).status());
+  }
+  return absl::OkStatus();
+}
 
 // A string tensor is stored as [varint64 length]... [masked crc of lengths][bytes]...,
 // and TF's entry checksum covers each length as a little-endian uint32 (uint64 past
@@ -219,8 +304,10 @@ absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs,
     return absl::DataLossError(absl::StrCat(index_path, ": ", why));
   };
 
+  if (absl::Status layout = CheckTableLayout(bytes); !layout.ok()) return corrupt(layout.message());
   StringSource source(&bytes);
   leveldb::Options options;
+  options.paranoid_checks = true;  // verify the index block's checksum too
   leveldb::Table* raw_table = nullptr;
   leveldb::Status s = leveldb::Table::Open(options, &source, bytes.size(), &raw_table);
   if (!s.ok()) return corrupt(absl::StrCat("not a valid index table (", s.ToString(), ")"));

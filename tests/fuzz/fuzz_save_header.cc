@@ -4,7 +4,14 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "daemon/service/validation.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);  // invalid UTF-8 is expected here, and noisy
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ckptd::v1::SaveHeader header;

@@ -3,7 +3,8 @@
 // Not thread-safe: only the coordinator thread (the one that created it) calls it.
 // Every operation takes a deadline. An MPI collective cannot be cancelled, so at the
 // deadline the expiry handler (if set) is called once with DEADLINE_EXCEEDED naming
-// the ranks that have not arrived, and the operation keeps waiting for them; without
+// the ranks that have not arrived (and again each further interval of the same
+// length), and the operation keeps waiting for them; without
 // a handler the operation returns DEADLINE_EXCEEDED and the group is unusable.
 #ifndef CKPTD_DAEMON_COORD_COLLECTIVE_H_
 #define CKPTD_DAEMON_COORD_COLLECTIVE_H_

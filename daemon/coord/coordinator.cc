@@ -72,6 +72,13 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
 
 void Coordinator::OnExpiry(const absl::Status& late) {
   spdlog::error("{}", std::string(late.message()));
+  if (phase_.idle) {
+    // Stuck in a round that began with nothing to do: fail whatever was staged here
+    // since, rather than let it wait for a rank that is not coming.
+    internal::RoundState now = registry_->Snapshot();
+    for (const auto& p : now.steps()) phase_.steps.push_back({p.run(), p.step()});
+    for (const auto& b : now.barriers()) phase_.barriers.emplace_back(b.run(), b.barrier_id());
+  }
   if (phase_.final_outcome) {
     // Past the last vote the outcome is rank 0's to announce; wait for it rather than
     // tell trainers something that may turn out false.
@@ -89,6 +96,7 @@ void Coordinator::OnExpiry(const absl::Status& late) {
                                                                                "': ", late.message())));
   }
   phase_ = Phase{};
+  phase_.idle = true;  // later expiries of this operation look for new work again
 }
 
 absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
@@ -104,10 +112,12 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   }
   const bool busy = mine.steps_size() > 0 || mine.barriers_size() > 0;
   phase_ = Phase{};
+  phase_.idle = !busy;
   for (const auto& p : mine.steps()) phase_.steps.push_back({p.run(), p.step()});
   for (const auto& b : mine.barriers()) phase_.barriers.emplace_back(b.run(), b.barrier_id());
-  // An idle rank has nothing to time out; a rank with work waits at most commit_timeout.
-  const absl::Time deadline = busy ? now + options_.commit_timeout : absl::InfiniteFuture();
+  // Even an idle round has a deadline: work staged while a peer is stuck must fail
+  // in time (see OnExpiry).
+  const absl::Time deadline = now + options_.commit_timeout;
   ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(mine.SerializeAsString(), deadline));
   phase_ = Phase{};
 

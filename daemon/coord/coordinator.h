@@ -63,6 +63,7 @@ class Coordinator {
     std::vector<StepKey> steps;
     std::vector<std::pair<std::string, int64_t>> barriers;
     bool final_outcome = false;
+    bool idle = false;  // a round that began with nothing staged here
   };
 
   Collective* collective_;

@@ -172,14 +172,16 @@ class MpiCollective : public Collective {
   // cheap when they are not.
   absl::Status WaitFor(MPI_Request* req, absl::Time deadline, absl::string_view what) {
     absl::Duration nap = absl::Microseconds(20);
-    bool expired = false;
+    // After each expiry the handler is called again one more interval later, so work
+    // that arrives while this rank is stuck waiting is failed too, not left hanging.
+    const absl::Duration interval = std::max(deadline - absl::Now(), absl::Milliseconds(100));
     while (true) {
       int done = 0;
       int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return MpiError(rc, what);
       if (done) break;
-      if (!expired && absl::Now() > deadline) {
-        expired = true;
+      if (absl::Now() > deadline) {
+        deadline = absl::Now() + interval;
         std::vector<int> missing = Missing(current_);
         absl::Status late = absl::DeadlineExceededError(absl::StrCat(
             "MPI ", what, " on rank ", rank_, " passed its deadline; ",

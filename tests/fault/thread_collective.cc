@@ -71,14 +71,14 @@ absl::StatusOr<std::vector<std::string>> ThreadGroup::Exchange(int rank, const s
     cv_.notify_all();
     return results_;
   }
-  bool expired = false;
+  const absl::Duration interval = std::max(deadline - absl::Now(), absl::Milliseconds(100));
   while (generation_ == my_generation) {
-    if (expired || deadline == absl::InfiniteFuture()) {
+    if (deadline == absl::InfiniteFuture()) {
       cv_.wait(lock);
       continue;
     }
     if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && generation_ == my_generation) {
-      expired = true;
+      deadline = absl::Now() + interval;  // called again an interval later, as the MPI one
       std::vector<int> missing;
       for (int r = 0; r < size_; ++r) {
         if (!present_[r]) missing.push_back(r);

@@ -49,13 +49,26 @@ std::string ShapeString(const ckptd::Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
-int Ls(const std::string& dir, bool json) {
+// A run directory <root>/<run> as the store that holds it and the run's name.
+struct RunDir {
+  std::string run;
+  ckptd::CheckpointStore store;
+};
+
+absl::StatusOr<RunDir> OpenRunDir(const std::string& dir) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   std::string trimmed = dir;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const std::string run = trimmed.substr(trimmed.rfind('/') + 1);
-  ckptd::CheckpointStore store(fs, ckptd::DirName(trimmed));
-  if (!fs->IsDirectory(trimmed)) return Error(absl::NotFoundError(absl::StrCat(dir, " is not a directory")));
+  if (!fs->IsDirectory(trimmed)) return absl::NotFoundError(absl::StrCat(dir, " is not a directory"));
+  return RunDir{trimmed.substr(trimmed.rfind('/') + 1), ckptd::CheckpointStore(fs, ckptd::DirName(trimmed))};
+}
+
+int Ls(const std::string& dir, bool json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  auto run_dir = OpenRunDir(dir);
+  if (!run_dir.ok()) return Error(run_dir.status());
+  const std::string& run = run_dir->run;
+  const ckptd::CheckpointStore& store = run_dir->store;
   auto steps = store.ListSteps(run);
   if (!steps.ok()) return Error(steps.status());
   nlohmann::json out = nlohmann::json::array();
@@ -168,12 +181,10 @@ int Verify(const std::string& arg) {
 }
 
 int Gc(const std::string& dir, int keep_last, int keep_every, bool dry_run, bool json) {
-  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
-  std::string trimmed = dir;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  if (!fs->IsDirectory(trimmed)) return Error(absl::NotFoundError(absl::StrCat(dir, " is not a directory")));
-  const std::string run = trimmed.substr(trimmed.rfind('/') + 1);
-  ckptd::CheckpointStore store(fs, ckptd::DirName(trimmed));
+  auto run_dir = OpenRunDir(dir);
+  if (!run_dir.ok()) return Error(run_dir.status());
+  const std::string& run = run_dir->run;
+  const ckptd::CheckpointStore& store = run_dir->store;
   auto removed = store.ApplyRetention(run, keep_last, keep_every, {}, dry_run);
   if (!removed.ok()) return Error(removed.status());
   auto kept = store.ListSteps(run);

@@ -195,6 +195,11 @@ TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
             "all_model_checkpoint_paths: \"step-00000100/ckpt\"\n"
             "all_model_checkpoint_paths: \"step-00000200/ckpt\"\n"
             "all_model_checkpoint_paths: \"step-00000300/ckpt\"\n");
+  std::string out;
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " ls --json ", JoinPath(cluster_->root(), "state")), &out), 0) << out;
+  for (const char* step : {"\"step\": 100", "\"step\": 200", "\"step\": 300"}) {
+    EXPECT_NE(out.find(step), std::string::npos) << out;
+  }
   auto client = cluster_->Connect(0);
   auto list = client->ListCheckpoints("state");
   ASSERT_TRUE(list.ok());

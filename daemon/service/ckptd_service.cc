@@ -72,10 +72,8 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
                                                           payload.status().message())));
     return payload.status();
   }
-  int64_t expected = 0;
-  for (const CheckedTensor& t : tensors) expected += t.bytes;
   RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
-  response->set_bytes_staged(expected);
+  response->set_bytes_staged(declared);
   response->set_staging_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   return absl::OkStatus();
 }

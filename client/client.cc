@@ -1,6 +1,9 @@
 #include "ckptd/client.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +19,13 @@ namespace {
 
 constexpr size_t kChunkBytes = 4 << 20;
 constexpr int kMaxMessageBytes = 16 << 20;
+
+#define ASSIGN_OR_RETURN_CLIENT(lhs, expr) \
+  do {                                     \
+    auto result_ = (expr);                 \
+    if (!result_.ok()) return result_.status(); \
+    lhs = std::move(*result_);             \
+  } while (0)
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
@@ -33,8 +43,90 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel)
-    : channel_(std::move(channel)), stub_(v1::Ckptd::NewStub(channel_)) {}
+Client::Client(std::shared_ptr<grpc::Channel> channel, bool local)
+    : channel_(std::move(channel)), stub_(v1::Ckptd::NewStub(channel_)), local_(local) {}
+
+// A memfd mapped into this process, sealed so it can neither shrink nor grow (the
+// daemon refuses segments that could shrink under its mapping).
+class Client::Segment {
+ public:
+  static absl::StatusOr<std::unique_ptr<Segment>> Create(size_t size) {
+    const size_t bytes = std::max<size_t>(size, 1);
+    const int fd = ::memfd_create("ckptd-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", std::strerror(errno)));
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::ResourceExhaustedError(absl::StrCat("shared-memory segment of ", bytes, " bytes: ",
+                                                       std::strerror(err)));
+    }
+    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return absl::ResourceExhaustedError(absl::StrCat("mmap of a ", bytes, "-byte segment: ", std::strerror(err)));
+    }
+    return std::unique_ptr<Segment>(new Segment(fd, static_cast<char*>(map), bytes));
+  }
+  ~Segment() {
+    ::munmap(data_, size_);
+    ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Segment(int fd, char* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  int fd_;
+  char* data_;
+  size_t size_;
+};
+
+Client::~Client() = default;
+
+namespace {
+
+constexpr size_t kMaxFreeSegments = 2;
+constexpr size_t kMaxBusySegments = 4;
+
+// Errors that say the daemon cannot map this client's segments at all (another
+// host, another user): streaming will work where shared memory does not.
+bool SharedMemoryUnusable(const absl::Status& s) {
+  return absl::StrContains(s.message(), "shared_memory:") &&
+         (s.code() == absl::StatusCode::kFailedPrecondition || s.code() == absl::StatusCode::kPermissionDenied ||
+          s.code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+
+bool Client::UseSharedMemory(Transport transport) const {
+  if (transport == Transport::kStream) return false;
+  if (transport == Transport::kSharedMemory) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_ && shared_memory_works_;
+}
+
+absl::StatusOr<std::unique_ptr<Client::Segment>> Client::TakeSegment(size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_segments_.begin(); it != free_segments_.end(); ++it) {
+      if ((*it)->size() >= size && (*it)->size() - size <= (*it)->size() / 4) {
+        std::unique_ptr<Segment> segment = std::move(*it);
+        free_segments_.erase(it);
+        return segment;
+      }
+    }
+  }
+  return Segment::Create(size);
+}
+
+void Client::ReturnSegment(std::unique_ptr<Segment> segment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_segments_.push_back(std::move(segment));
+  if (free_segments_.size() > kMaxFreeSegments) free_segments_.erase(free_segments_.begin());
+}
 
 namespace {
 
@@ -83,7 +175,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
     return absl::UnavailableError(absl::StrCat("cannot connect to ckptd at ", target, " within ",
                                                absl::FormatDuration(timeout)));
   }
-  return std::unique_ptr<Client>(new Client(std::move(channel)));
+  return std::unique_ptr<Client>(new Client(std::move(channel), absl::StartsWith(target, "unix:")));
 }
 
 absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
@@ -116,10 +208,45 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
       pieces.emplace_back(s.data, s.size);
     }
   }
+  if (UseSharedMemory(options.transport)) {
+    absl::StatusOr<SaveResult> result = SaveVia(true, *header, pieces, options);
+    if (result.ok() || options.transport != Transport::kAuto || !SharedMemoryUnusable(result.status())) {
+      return result;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_memory_works_ = false;
+  }
+  return SaveVia(false, *header, pieces, options);
+}
+
+absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader header,
+                                           const std::vector<std::pair<const void*, size_t>>& pieces,
+                                           const SaveOptions& options) {
+  std::unique_ptr<Segment> segment;
+  if (shared_memory) {
+    size_t total = 0;
+    for (const auto& piece : pieces) total += piece.second;
+    ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
+    char* out = segment->data();
+    for (const auto& [data, size] : pieces) {
+      if (size > 0) std::memcpy(out, data, size);
+      out += size;
+    }
+    v1::SharedMemory* shm = header.mutable_shared_memory();
+    shm->set_fd(segment->fd());
+    shm->set_offset(0);
+    shm->set_size(static_cast<int64_t>(total));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(options.timeout));
+  v1::SaveResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer(stub_->Save(&ctx, &response));
+  v1::SaveRequest message;
+  *message.mutable_header() = std::move(header);
   bool open = writer->Write(message);
   // Pack consecutive pieces into chunks of up to 4 MiB.
   std::string chunk;
-  for (size_t i = 0; open && i < pieces.size(); ++i) {
+  for (size_t i = 0; !shared_memory && open && i < pieces.size(); ++i) {
     const char* p = static_cast<const char*>(pieces[i].first);
     size_t left = pieces[i].second;
     while (open && left > 0) {
@@ -141,9 +268,21 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
     writer->Write(data);
   }
   writer->WritesDone();
-  grpc::Status status = writer->Finish();
-  if (!status.ok()) return FromGrpcStatus(status);
-  return SaveResult{response.bytes_staged(), response.staging_seconds()};
+  const absl::Status status = FromGrpcStatus(writer->Finish());
+  if (segment != nullptr) {
+    const auto key = std::make_pair(message.header().run(), message.header().step());
+    if (status.ok()) {
+      // The daemon writes from the segment until the step is committed.
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_segments_[key] = std::move(segment);
+      if (busy_segments_.size() > kMaxBusySegments) busy_segments_.erase(busy_segments_.begin());
+    } else if (status.code() != absl::StatusCode::kDeadlineExceeded && status.code() != absl::StatusCode::kCancelled &&
+               status.code() != absl::StatusCode::kUnavailable) {
+      ReturnSegment(std::move(segment));  // refused outright: the daemon holds nothing of it
+    }
+  }
+  if (!status.ok()) return status;
+  return SaveResult{response.bytes_staged(), response.staging_seconds(), shared_memory};
 }
 
 absl::StatusOr<SaveResult> Client::SaveByName(const std::string& run, int64_t step, int trainer_id,
@@ -170,13 +309,21 @@ absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration t
   request.set_run(run);
   request.set_step(step);
   v1::WaitResponse response;
-  return FromGrpcStatus(stub_->Wait(&ctx, request, &response));
+  const absl::Status status = FromGrpcStatus(stub_->Wait(&ctx, request, &response));
+  if (status.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = busy_segments_.lower_bound({run, INT64_MIN}); it != busy_segments_.end() &&
+                                                                   it->first.first == run && it->first.second <= step;) {
+      free_segments_.push_back(std::move(it->second));
+      it = busy_segments_.erase(it);
+    }
+    while (free_segments_.size() > kMaxFreeSegments) free_segments_.erase(free_segments_.begin());
+  }
+  return status;
 }
 
 absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<int64_t> step,
                                         const std::vector<RestoreTarget>& targets, const RestoreOptions& options) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(options.timeout));
   v1::RestoreRequest request;
   request.set_run(run);
   if (step.has_value()) {
@@ -207,17 +354,67 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
     for (const auto& piece : pieces.back()) total += piece.second;
     capacity.push_back(total);
   }
+  if (UseSharedMemory(options.transport)) {
+    absl::StatusOr<int64_t> restored = RestoreVia(true, request, targets, pieces, capacity, options);
+    if (restored.ok() || options.transport != Transport::kAuto || !SharedMemoryUnusable(restored.status())) {
+      return restored;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_memory_works_ = false;
+  }
+  return RestoreVia(false, request, targets, pieces, capacity, options);
+}
+
+namespace {
+
+// Copies `n` bytes that belong at byte `offset` of a target's stream into its buffers.
+void Scatter(const std::vector<std::pair<void*, size_t>>& pieces, size_t offset, const char* src, size_t n) {
+  for (const auto& [dst, size] : pieces) {
+    if (n == 0) break;
+    if (offset >= size) {
+      offset -= size;
+      continue;
+    }
+    const size_t take = std::min(n, size - offset);
+    std::memcpy(static_cast<char*>(dst) + offset, src, take);
+    src += take;
+    n -= take;
+    offset = 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreRequest request,
+                                           const std::vector<RestoreTarget>& targets,
+                                           const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
+                                           const std::vector<size_t>& capacity, const RestoreOptions& options) {
+  // The daemon lays tensors out consecutively with 64-byte-aligned starts.
+  std::vector<int64_t> offsets;
+  size_t total = 0;
+  for (size_t c : capacity) {
+    total = (total + 63) / 64 * 64;
+    offsets.push_back(static_cast<int64_t>(total));
+    total += c;
+  }
+  std::unique_ptr<Segment> segment;
+  if (shared_memory) {
+    ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
+    v1::SharedMemory* shm = request.mutable_shared_memory();
+    shm->set_fd(segment->fd());
+    shm->set_offset(0);
+    shm->set_size(static_cast<int64_t>(segment->size()));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(options.timeout));
   std::unique_ptr<grpc::ClientReader<v1::RestoreResponse>> reader(stub_->Restore(&ctx, request));
   v1::RestoreResponse message;
-  int64_t restored_step = -1;
+  v1::RestoreHeader header;
   std::vector<size_t> received(targets.size(), 0);
   absl::Status problem;
   while (reader->Read(&message)) {
     if (message.has_header()) {
-      restored_step = message.header().step();
-      if (options.trainer_state != nullptr) {
-        for (const auto& [key, value] : message.header().trainer_state()) (*options.trainer_state)[key] = value;
-      }
+      header = message.header();
       continue;
     }
     const v1::RestoreChunk& chunk = message.chunk();
@@ -231,33 +428,37 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
       ctx.TryCancel();
       continue;
     }
-    size_t offset = static_cast<size_t>(chunk.offset());
-    const char* src = chunk.data().data();
-    size_t left = chunk.data().size();
-    for (const auto& [dst, size] : pieces[index]) {
-      if (left == 0) break;
-      if (offset >= size) {
-        offset -= size;
-        continue;
-      }
-      const size_t n = std::min(left, size - offset);
-      std::memcpy(static_cast<char*>(dst) + offset, src, n);
-      src += n;
-      left -= n;
-      offset = 0;
-    }
+    Scatter(pieces[index], static_cast<size_t>(chunk.offset()), chunk.data().data(), chunk.data().size());
     received[index] += chunk.data().size();
   }
   grpc::Status status = reader->Finish();
   if (!problem.ok()) return problem;
   if (!status.ok()) return FromGrpcStatus(status);
+  if (segment != nullptr) {
+    const bool same_layout = header.shared_memory_bytes() == static_cast<int64_t>(total) &&
+                             std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
+                                        header.shared_memory_offsets().end());
+    if (!same_layout) {
+      return absl::InvalidArgumentError(absl::StrCat("the restored tensors need ", header.shared_memory_bytes(),
+                                                     " bytes but the target buffers hold ", total,
+                                                     " (a target's size differs from its box)"));
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      Scatter(pieces[i], 0, segment->data() + offsets[i], capacity[i]);
+      received[i] = capacity[i];
+    }
+    ReturnSegment(std::move(segment));
+  }
   for (size_t i = 0; i < targets.size(); ++i) {
     if (received[i] != capacity[i]) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the daemon sent ", received[i],
                                                      " bytes but the target buffers hold ", capacity[i]));
     }
   }
-  return restored_step;
+  if (options.trainer_state != nullptr) {
+    for (const auto& [key, value] : header.trainer_state()) (*options.trainer_state)[key] = value;
+  }
+  return header.step();
 }
 
 absl::StatusOr<int64_t> Client::RestoreByName(const std::string& run, std::optional<int64_t> step,

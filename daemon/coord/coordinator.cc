@@ -358,7 +358,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
-  registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0);
+  registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0, absl::Now() - started);
   return absl::OkStatus();
 }
 

@@ -113,21 +113,27 @@ std::vector<TrainerPayload> StepRegistry::TakeForCommit(const StepKey& key) {
   PendingStep& step = pending_[key];
   step.committing = true;
   std::vector<TrainerPayload> out;
-  for (auto& [trainer, payload] : step.payloads) out.push_back(std::move(payload));
+  for (auto& [trainer, payload] : step.payloads) {
+    for (const StagedTensor& t : payload.tensors) step.in_flight_bytes += t.bytes.size();
+    out.push_back(std::move(payload));
+  }
   step.payloads.clear();
+  bytes_in_flight_ += step.in_flight_bytes;
   return out;
 }
 
 void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome,
-                              int64_t bytes_written) {
+                              int64_t bytes_written, absl::Duration took) {
   std::vector<Waiter> waiters;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(key);
     if (it != pending_.end()) {
       waiters = std::move(it->second.waiters);
+      bytes_in_flight_ -= it->second.in_flight_bytes;
       pending_.erase(it);
     }
+    if (outcome.ok()) last_commit_timing_[key.run] = {absl::Now(), took};
     outcomes_[key] = outcome;
     outcome_order_.push_back(key);
     while (outcome_order_.size() > kOutcomesKept) {
@@ -209,6 +215,16 @@ std::vector<StepKey> StepRegistry::PendingSteps() {
 std::map<std::string, int64_t> StepRegistry::LastCommitted() {
   std::lock_guard<std::mutex> lock(mu_);
   return last_committed_;
+}
+
+std::map<std::string, StepRegistry::CommitTiming> StepRegistry::LastCommitTimings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_commit_timing_;
+}
+
+int64_t StepRegistry::bytes_in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_in_flight_;
 }
 
 int64_t StepRegistry::bytes_written() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "ckptd/internal/coord.pb.h"
 #include "daemon/staging/staging_area.h"
 
@@ -61,7 +62,9 @@ class StepRegistry {
   // Coordinator side.
   internal::RoundState Snapshot();
   std::vector<TrainerPayload> TakeForCommit(const StepKey& key);
-  void FinishStep(const StepKey& key, const absl::Status& outcome, int64_t bytes_written);
+  // `took`: the commit's duration, reported by Status for the run's last commit.
+  void FinishStep(const StepKey& key, const absl::Status& outcome, int64_t bytes_written,
+                  absl::Duration took = absl::ZeroDuration());
   void FinishBarrier(const std::string& run, int64_t barrier_id, const absl::Status& outcome);
   void FailEverything(const absl::Status& status);
   void DropCancelledWaiters();
@@ -69,7 +72,14 @@ class StepRegistry {
   // Status reporting.
   std::vector<StepKey> PendingSteps();
   std::map<std::string, int64_t> LastCommitted();
+  struct CommitTiming {
+    absl::Time when;
+    absl::Duration took;
+  };
+  // Of the last step of each run this daemon committed.
+  std::map<std::string, CommitTiming> LastCommitTimings();
   int64_t bytes_written();
+  int64_t bytes_in_flight();
   // OK/error if the outcome is remembered; nullopt otherwise.
   std::optional<absl::Status> Outcome(const StepKey& key);
 
@@ -77,6 +87,7 @@ class StepRegistry {
   struct PendingStep {
     int trainer_count = 0;
     bool committing = false;
+    int64_t in_flight_bytes = 0;
     absl::Status failure;
     std::map<int, TrainerPayload> payloads;
     std::vector<Waiter> waiters;
@@ -96,7 +107,9 @@ class StepRegistry {
   std::deque<StepKey> outcome_order_;
   std::map<std::string, int64_t> last_committed_;
   std::map<StepKey, int> restoring_;
+  std::map<std::string, CommitTiming> last_commit_timing_;
   int64_t bytes_written_ = 0;
+  int64_t bytes_in_flight_ = 0;
 };
 
 }  // namespace ckptd

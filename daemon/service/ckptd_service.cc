@@ -13,6 +13,7 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/layout/cast.h"
 #include "daemon/service/validation.h"
+#include "daemon/staging/shared_segment.h"
 
 namespace ckptd {
 
@@ -62,7 +63,20 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
   const StepKey key{header.run(), header.step()};
-  absl::StatusOr<TrainerPayload> payload = ReceiveData(ctx, reader, header, placement, tensors);
+  // A segment that cannot be mapped is refused before the step counts on this
+  // trainer, so a client can fall back to streaming.
+  std::shared_ptr<SharedSegment> mapped;
+  if (header.has_shared_memory()) {
+    ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(ctx->peer()));
+    const v1::SharedMemory& shm = header.shared_memory();
+    if (shm.size() != declared) {
+      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
+                                                     " bytes, but the descriptors need ", declared));
+    }
+    ASSIGN_OR_RETURN(mapped,
+                     SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead));
+  }
+  absl::StatusOr<TrainerPayload> payload = ReceiveData(ctx, reader, header, placement, tensors, mapped);
   if (!payload.ok()) {
     // The trainer was part of this step: without its bytes the step cannot commit, so
     // it fails for every trainer now rather than at the deadline. Staged memory for
@@ -81,7 +95,8 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
 absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ctx,
                                                          grpc::ServerReader<v1::SaveRequest>* reader,
                                                          const v1::SaveHeader& header, const Placement& placement,
-                                                         const std::vector<CheckedTensor>& tensors) {
+                                                         const std::vector<CheckedTensor>& tensors,
+                                                         const std::shared_ptr<SharedSegment>& mapped) {
   v1::SaveRequest message;
   // When staging memory is full, wait for room as long as the caller's deadline allows.
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
@@ -100,43 +115,55 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
     const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
     for (const Box& box : tensors[i].boxes) segments.push_back({i, box, box.NumElements() * element_size, {}});
   }
-  // Bytes arrive as one stream. A segment's buffer is allocated when its first byte
-  // arrives, so a header alone reserves no memory.
-  size_t current = 0;
-  int64_t filled = 0;  // bytes of segments[current] filled so far
-  int64_t received = 0;
-  while (reader->Read(&message)) {
-    if (!message.has_data() && message.has_header()) {
-      return absl::InvalidArgumentError("header: a Save stream carries exactly one header");
+  if (mapped != nullptr) {
+    // The bytes already lie in the trainer's segment: stage them where they are.
+    if (reader->Read(&message)) {
+      return absl::InvalidArgumentError("data: a Save with shared_memory carries no data chunks");
     }
-    const std::string& data = message.data();
-    if (data.size() > kMaxChunkBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", kMaxChunkBytes));
+    int64_t position = 0;
+    for (Segment& seg : segments) {
+      ASSIGN_OR_RETURN(seg.buffer, staging_->Borrow(mapped->data() + position, seg.bytes, mapped, deadline));
+      position += seg.bytes;
     }
-    if (received + static_cast<int64_t>(data.size()) > expected) {
-      return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (", expected,
-                                                     " = box elements x dtype size, summed)"));
-    }
-    received += static_cast<int64_t>(data.size());
-    size_t used = 0;
-    while (used < data.size()) {
-      while (filled == segments[current].bytes) {
-        ++current;
-        filled = 0;
+  } else {
+    // Bytes arrive as one stream. A segment's buffer is allocated when its first
+    // byte arrives, so a header alone reserves no memory.
+    size_t current = 0;
+    int64_t filled = 0;  // bytes of segments[current] filled so far
+    int64_t received = 0;
+    while (reader->Read(&message)) {
+      if (!message.has_data() && message.has_header()) {
+        return absl::InvalidArgumentError("header: a Save stream carries exactly one header");
       }
-      Segment& seg = segments[current];
-      if (!seg.buffer.allocated()) {
-        ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
+      const std::string& data = message.data();
+      if (data.size() > kMaxChunkBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", kMaxChunkBytes));
       }
-      const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(seg.bytes - filled));
-      std::memcpy(seg.buffer.data() + filled, data.data() + used, n);
-      filled += static_cast<int64_t>(n);
-      used += n;
+      if (received + static_cast<int64_t>(data.size()) > expected) {
+        return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (", expected,
+                                                       " = box elements x dtype size, summed)"));
+      }
+      received += static_cast<int64_t>(data.size());
+      size_t used = 0;
+      while (used < data.size()) {
+        while (filled == segments[current].bytes) {
+          ++current;
+          filled = 0;
+        }
+        Segment& seg = segments[current];
+        if (!seg.buffer.allocated()) {
+          ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
+        }
+        const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(seg.bytes - filled));
+        std::memcpy(seg.buffer.data() + filled, data.data() + used, n);
+        filled += static_cast<int64_t>(n);
+        used += n;
+      }
     }
-  }
-  if (received != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
-                                                   expected, " (box elements x dtype size, summed)"));
+    if (received != expected) {
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
+                                                     expected, " (box elements x dtype size, summed)"));
+    }
   }
 
   TrainerPayload payload;
@@ -216,12 +243,12 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
 grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
                                    grpc::ServerWriter<v1::RestoreResponse>* writer) {
   absl::Status s = peers_->Check(ctx->peer());
-  if (s.ok()) s = DoRestore(*request, writer);
+  if (s.ok()) s = DoRestore(*request, ctx->peer(), writer);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", ctx->peer(), std::string(s.message()));
   return ToGrpcStatus(s);
 }
 
-absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
+absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const std::string& peer,
                                      grpc::ServerWriter<v1::RestoreResponse>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
@@ -343,13 +370,41 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request,
     }
   }
 
+  // Shared-memory layout: consecutive, 64-byte-aligned starts, in request order.
+  int64_t shm_bytes = 0;
+  for (const Planned& p : planned) {
+    shm_bytes = (shm_bytes + 63) / 64 * 64;
+    header->add_shared_memory_offsets(shm_bytes);
+    shm_bytes += p.bytes;
+  }
+  header->set_shared_memory_bytes(shm_bytes);
+  if (request.describe_only()) {
+    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+    return absl::OkStatus();
+  }
+  std::shared_ptr<SharedSegment> mapped;
+  if (request.has_shared_memory()) {
+    ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
+    const v1::SharedMemory& shm = request.shared_memory();
+    if (shm.size() < shm_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(), " bytes, but the reply needs ",
+                                                     shm_bytes, " (see describe_only)"));
+    }
+    ASSIGN_OR_RETURN(mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), shm_bytes, SharedSegment::Access::kWrite));
+  }
+
   // Read everything before sending anything, so a corrupt shard fails the whole call.
   std::vector<std::string> buffers(planned.size());
   std::string stored;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
-    buffers[i].resize(static_cast<size_t>(p.bytes));
-    char* out = buffers[i].data();
+    char* out = nullptr;
+    if (mapped != nullptr) {
+      out = mapped->data() + header->shared_memory_offsets(static_cast<int>(i));
+    } else {
+      buffers[i].resize(static_cast<size_t>(p.bytes));
+      out = buffers[i].data();
+    }
     for (const Box& box : p.boxes) {
       const size_t count = static_cast<size_t>(box.NumElements());
       if (p.dtype == p.info.dtype) {
@@ -432,6 +487,15 @@ grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
   }
   response->set_bytes_staged(staging_->bytes_staged());
   response->set_bytes_written(registry_->bytes_written());
+  response->set_bytes_in_flight(registry_->bytes_in_flight());
+  response->set_pooled_bytes(staging_->pooled_bytes());
+  const std::map<std::string, StepRegistry::CommitTiming> timings = registry_->LastCommitTimings();
+  for (v1::RunStatus& rs : *response->mutable_runs()) {
+    auto it = timings.find(rs.run());
+    if (it == timings.end()) continue;
+    rs.set_last_commit_unix_seconds(absl::ToDoubleSeconds(it->second.when - absl::UnixEpoch()));
+    rs.set_last_commit_seconds(absl::ToDoubleSeconds(it->second.took));
+  }
   return grpc::Status::OK;
 }
 

@@ -13,6 +13,7 @@
 #include "daemon/coord/step_registry.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/validation.h"
+#include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
 
 namespace ckptd {
@@ -60,8 +61,10 @@ class CkptdService final
   // Receives the data chunks after a validated header into staged buffers.
   absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                                              const v1::SaveHeader& header, const Placement& placement,
-                                             const std::vector<CheckedTensor>& tensors);
-  absl::Status DoRestore(const v1::RestoreRequest& request, grpc::ServerWriter<v1::RestoreResponse>* writer);
+                                             const std::vector<CheckedTensor>& tensors,
+                                             const std::shared_ptr<SharedSegment>& mapped);
+  absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer,
+                         grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;
   StepRegistry* registry_;

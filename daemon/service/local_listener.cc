@@ -39,6 +39,16 @@ absl::Status PeerTable::Check(const std::string& grpc_peer) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<pid_t> PeerTable::LocalPid(const std::string& grpc_peer) const {
+  int fd = -1;
+  if (absl::StartsWith(grpc_peer, "fd:") && absl::SimpleAtoi(grpc_peer.substr(3), &fd)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_fd_.find(fd);
+    if (it != by_fd_.end() && it->second.allowed) return it->second.pid;
+  }
+  return absl::FailedPreconditionError("shared_memory: only for trainers on the daemon's unix socket");
+}
+
 absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(const std::string& path, gid_t group) {
   FileSystem* fs = PosixFileSystem();
   const std::string dir = DirName(path);

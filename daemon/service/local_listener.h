@@ -36,6 +36,9 @@ class PeerTable {
   // OK for an allowed local peer and for peers that did not come through the local
   // listener (TCP, already authenticated by mutual TLS); PERMISSION_DENIED otherwise.
   absl::Status Check(const std::string& grpc_peer) const;
+  // The process at the other end of a local connection (for shared memory).
+  // FAILED_PRECONDITION for peers that did not come through the local listener.
+  absl::StatusOr<pid_t> LocalPid(const std::string& grpc_peer) const;
 
  private:
   struct Peer {

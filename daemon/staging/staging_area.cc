@@ -1,41 +1,120 @@
 #include "daemon/staging/staging_area.h"
 
 #include <algorithm>
-#include <new>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
 namespace ckptd {
+namespace {
 
-// The constructor adopts bytes StagingArea::Allocate already counted.
-StagedBuffer::StagedBuffer(StagingArea* area, std::unique_ptr<char[]> bytes, int64_t size)
-    : area_(area), bytes_(std::move(bytes)), size_(size) {}
+constexpr size_t kAlignment = 4096;
+// Most memory the pool keeps when the budget is unlimited.
+constexpr int64_t kMaxPoolWithoutLimit = int64_t{8} << 30;
+
+int64_t RoundUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
+void FreeDeleter::operator()(char* p) const { std::free(p); }
+
+StagedBuffer& StagedBuffer::operator=(StagedBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    area_ = other.area_;
+    data_ = other.data_;
+    size_ = other.size_;
+    owned_ = std::move(other.owned_);
+    capacity_ = other.capacity_;
+    borrowed_ = std::move(other.borrowed_);
+    other.area_ = nullptr;
+    other.data_ = nullptr;
+    other.size_ = 0;
+    other.capacity_ = 0;
+  }
+  return *this;
+}
+
+void StagedBuffer::Reset() {
+  borrowed_.reset();
+  if (area_ != nullptr) area_->Release(size_, std::move(owned_), capacity_);
+  area_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+  capacity_ = 0;
+}
+
+StagingArea::~StagingArea() = default;
+
+absl::Status StagingArea::Reserve(int64_t size, absl::Time deadline) {
+  if (size > limit_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(size, " bytes can never fit in staging.memory_limit (", limit_, " bytes)"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  while (bytes_staged_ + size > limit_) {
+    if (absl::Now() >= deadline ||
+        freed_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
+      if (bytes_staged_ + size <= limit_) break;
+      return absl::ResourceExhaustedError(absl::StrCat("staging memory is full (", bytes_staged_, " of ", limit_,
+                                                       " bytes staged); ", size, " more did not fit in time"));
+    }
+  }
+  bytes_staged_ += size;
+  peak_ = std::max(peak_, bytes_staged_);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<StagedBuffer> StagingArea::Allocate(int64_t size, absl::Time deadline) {
-  if (size > limit_) {
-    return absl::ResourceExhaustedError(absl::StrCat(size, " bytes can never fit in staging.memory_limit (", limit_,
-                                                     " bytes)"));
-  }
+  if (absl::Status s = Reserve(size, deadline); !s.ok()) return s;
+  StagedBuffer buffer;
+  buffer.area_ = this;
+  buffer.size_ = size;
+  const int64_t wanted = RoundUp(std::max<int64_t>(size, 1));
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (bytes_staged_ + size > limit_) {
-      if (absl::Now() >= deadline ||
-          freed_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
-        if (bytes_staged_ + size <= limit_) break;
-        return absl::ResourceExhaustedError(absl::StrCat("staging memory is full (", bytes_staged_, " of ", limit_,
-                                                         " bytes staged); ", size, " more did not fit in time"));
+    std::lock_guard<std::mutex> lock(mu_);
+    // Reuse a pooled buffer that fits without wasting more than a quarter of it.
+    auto it = pool_.lower_bound(wanted);
+    if (it != pool_.end() && it->first - wanted <= it->first / 4) {
+      buffer.capacity_ = it->first;
+      buffer.owned_ = std::move(it->second);
+      pooled_bytes_ -= it->first;
+      pool_.erase(it);
+    } else {
+      // Staged plus pooled memory stays under the budget: drop pooled buffers, the
+      // largest first, until the new one fits beside them.
+      const int64_t cap = limit_ == INT64_MAX ? kMaxPoolWithoutLimit : limit_;
+      while (!pool_.empty() && bytes_staged_ + pooled_bytes_ + wanted > cap) {
+        auto largest = std::prev(pool_.end());
+        pooled_bytes_ -= largest->first;
+        pool_.erase(largest);
       }
     }
-    bytes_staged_ += size;
-    peak_ = std::max(peak_, bytes_staged_);
   }
-  // Not zero-filled: the stream overwrites every byte.
-  std::unique_ptr<char[]> bytes(new (std::nothrow) char[size > 0 ? size : 1]);
-  if (bytes == nullptr) {
-    Release(size);
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes of staging memory"));
+  if (buffer.owned_ == nullptr) {
+    void* p = nullptr;
+    if (posix_memalign(&p, kAlignment, static_cast<size_t>(wanted)) != 0) {
+      buffer.size_ = 0;
+      buffer.area_ = nullptr;
+      Release(size, nullptr, 0);
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes of staging memory"));
+    }
+    buffer.owned_.reset(static_cast<char*>(p));
+    buffer.capacity_ = wanted;
   }
-  return StagedBuffer(this, std::move(bytes), size);
+  buffer.data_ = buffer.owned_.get();
+  return buffer;
+}
+
+absl::StatusOr<StagedBuffer> StagingArea::Borrow(char* data, int64_t size, std::shared_ptr<void> keepalive,
+                                                 absl::Time deadline) {
+  if (absl::Status s = Reserve(size, deadline); !s.ok()) return s;
+  StagedBuffer buffer;
+  buffer.area_ = this;
+  buffer.size_ = size;
+  buffer.data_ = data;
+  buffer.borrowed_ = std::move(keepalive);
+  return buffer;
 }
 
 int64_t StagingArea::bytes_staged() const {
@@ -48,28 +127,22 @@ int64_t StagingArea::peak_bytes_staged() const {
   return peak_;
 }
 
-void StagingArea::Release(int64_t size) {
+int64_t StagingArea::pooled_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pooled_bytes_;
+}
+
+void StagingArea::Release(int64_t size, AlignedBytes pooled, int64_t capacity) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     bytes_staged_ -= size;
+    const int64_t cap = limit_ == INT64_MAX ? kMaxPoolWithoutLimit : limit_;
+    if (pooled != nullptr && bytes_staged_ + pooled_bytes_ + capacity <= cap) {
+      pooled_bytes_ += capacity;
+      pool_.emplace(capacity, std::move(pooled));
+    }
   }
   freed_.notify_all();
-}
-
-StagedBuffer::~StagedBuffer() {
-  if (area_ != nullptr) area_->Release(size_);
-}
-
-StagedBuffer& StagedBuffer::operator=(StagedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (area_ != nullptr) area_->Release(size_);
-    area_ = other.area_;
-    bytes_ = std::move(other.bytes_);
-    size_ = other.size_;
-    other.area_ = nullptr;
-    other.size_ = 0;
-  }
-  return *this;
 }
 
 }  // namespace ckptd

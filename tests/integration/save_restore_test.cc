@@ -53,10 +53,12 @@ OwnedShard MakeShard(const std::string& name, int dtype, int64_t step, const Sha
 }
 
 absl::Status SaveShards(Client& client, const std::string& run, int64_t step, int trainer, int trainers,
-                        const std::vector<OwnedShard>& owned) {
+                        const std::vector<OwnedShard>& owned, Transport transport = Transport::kAuto) {
   std::vector<TensorShard> shards;
   for (const OwnedShard& o : owned) shards.push_back(o.shard);
-  return client.Save(run, step, trainer, trainers, shards).status();
+  SaveOptions options;
+  options.transport = transport;
+  return client.Save(run, step, trainer, trainers, shards, options).status();
 }
 
 template <typename T>
@@ -259,10 +261,15 @@ TEST_F(ClusterTest, BadInputIsInvalidArgumentAndNothingIsWritten) {
       {"NUL in run", std::string("a\0b", 3), {good("x")}, "run"},
       {"long run", std::string(129, 'r'), {good("x")}, "run"},
   };
-  for (const Case& c : cases) {
-    absl::Status s = SaveShards(*client, c.run, 1, 0, 1, c.shards);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
-    EXPECT_NE(s.message().find(c.field), absl::string_view::npos) << c.what << ": " << s;
+  for (Transport transport : {Transport::kStream, Transport::kSharedMemory}) {
+    for (const Case& c : cases) {
+      absl::Status s = SaveShards(*client, c.run, 1, 0, 1, c.shards, transport);
+      // A segment's size is checked against the descriptors before any byte is read.
+      const std::string field =
+          transport == Transport::kSharedMemory && c.field == "data" ? "shared_memory.size" : c.field;
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
+      EXPECT_NE(s.message().find(field), absl::string_view::npos) << c.what << ": " << s;
+    }
   }
   // Declared sizes past the limits are refused before anything is allocated, 2^62
   // bytes included.

@@ -1,13 +1,15 @@
 // ckptd's C++ client library: what a trainer links to save and restore its shards
 // through the daemon on its host. Depends on gRPC and the generated API only, never on
 // daemon code. A Client is thread-safe except Barrier, whose sequence number assumes
-// one caller per trainer; every call takes a deadline.
+// one caller per trainer; every call takes a deadline. A Client owns the shared-
+// memory segments it hands the daemon (memfds; see the proto's SharedMemory).
 #ifndef CKPTD_CLIENT_CLIENT_H_
 #define CKPTD_CLIENT_CLIENT_H_
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +59,11 @@ struct RestoreTarget {
   std::vector<std::pair<void*, size_t>> device_data;
 };
 
+// How bytes travel between trainer and daemon. kAuto uses shared memory when the
+// daemon is on a unix socket (and falls back to streaming, for good, if the daemon
+// cannot map the client's segments); kStream always streams over gRPC.
+enum class Transport { kAuto, kStream, kSharedMemory };
+
 struct SaveOptions {
   // DTensor mesh string ("|x=2,y=4|0,...,7|0,1|/job:...,..."); needed for layouts.
   std::string mesh;
@@ -64,6 +71,7 @@ struct SaveOptions {
   bool store_float32_as_bfloat16 = false;
   std::map<std::string, std::string> trainer_state;  // opaque, returned to this trainer id only
   absl::Duration timeout = absl::Minutes(10);
+  Transport transport = Transport::kAuto;
 };
 
 struct RestoreOptions {
@@ -72,11 +80,13 @@ struct RestoreOptions {
   int trainer_id = 0;
   std::map<std::string, std::string>* trainer_state = nullptr;  // filled when set
   absl::Duration timeout = absl::Minutes(10);
+  Transport transport = Transport::kAuto;
 };
 
 struct SaveResult {
   int64_t bytes_staged = 0;
-  double staging_seconds = 0;
+  double staging_seconds = 0;  // as the daemon measured it
+  bool shared_memory = false;  // which path the bytes took
 };
 
 // For name-based save and restore (DTensor's name_based_save / name_based_restore):
@@ -105,12 +115,16 @@ class Client {
                                                          absl::Duration timeout = absl::Seconds(10),
                                                          const TlsFiles* tls = nullptr);
 
-  // Stages this trainer's shards for (run, step); returns once they are in daemon memory.
+  // Stages this trainer's shards for (run, step); returns once they are in daemon
+  // memory, after which the shards' buffers may be reused. On the shared-memory path
+  // the bytes are copied once, into a segment the daemon writes from; the client
+  // reuses a segment after Wait has reported its step committed.
   absl::StatusOr<SaveResult> Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
                                   const std::vector<TensorShard>& shards, const SaveOptions& options = {});
   absl::StatusOr<SaveResult> SaveByName(const std::string& run, int64_t step, int trainer_id, int trainer_count,
                                         const NamedTensors& tensors, const SaveOptions& options);
   // Returns once (run, step) is committed on every host, or with the step's error.
+  // Frees the shared-memory segments of the run's saves up to that step for reuse.
   absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10));
   // Fills every target from (run, step), or from the newest committed step when `step`
   // is nullopt; returns the step restored.
@@ -128,12 +142,32 @@ class Client {
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& run,
                                                               absl::Duration timeout = absl::Seconds(30));
 
+  ~Client();
+
  private:
-  explicit Client(std::shared_ptr<grpc::Channel> channel);
+  class Segment;
+  Client(std::shared_ptr<grpc::Channel> channel, bool local);
+  absl::StatusOr<SaveResult> SaveVia(bool shared_memory, v1::SaveHeader header,
+                                     const std::vector<std::pair<const void*, size_t>>& pieces,
+                                     const SaveOptions& options);
+  absl::StatusOr<int64_t> RestoreVia(bool shared_memory, v1::RestoreRequest request,
+                                     const std::vector<RestoreTarget>& targets,
+                                     const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
+                                     const std::vector<size_t>& capacity, const RestoreOptions& options);
+  bool UseSharedMemory(Transport transport) const;
+  // A free segment of at least `size` bytes, or a new one.
+  absl::StatusOr<std::unique_ptr<Segment>> TakeSegment(size_t size);
+  void ReturnSegment(std::unique_ptr<Segment> segment);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ckptd::Stub> stub_;
   std::map<std::string, int64_t> barrier_sequence_;
+  const bool local_;
+  mutable std::mutex mu_;  // guards the segment pools and shared_memory_works_
+  bool shared_memory_works_ = true;
+  std::vector<std::unique_ptr<Segment>> free_segments_;
+  // Segments the daemon may still write from, by (run, step), until Wait.
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<Segment>> busy_segments_;
 };
 
 // grpc::Status -> absl::Status, same code and message.

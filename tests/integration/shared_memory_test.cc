@@ -1,0 +1,206 @@
+// The shared-memory data path: same-host trainers hand their bytes over in memfd
+// segments. Checks that it gives the same checkpoint as streaming, that Save is
+// asynchronous on both paths (the trainer may overwrite its buffers once Save
+// returns), and that the daemon refuses segments it must not map.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/coord/checkpoint_store.h"
+#include "tests/integration/cluster.h"
+
+namespace ckptd::testing {
+namespace {
+
+std::string FileBytes(const std::string& path) {
+  auto size = PosixFileSystem()->FileSize(path);
+  if (!size.ok()) return "<missing " + path + ">";
+  return *PosixFileSystem()->ReadFileToString(path, *size + 1);
+}
+
+// Trainer t of 4 holds rows [4t, 4t+4) of a 16x1000 float tensor and a replicated
+// int64 vector; values depend on the step.
+struct TrainerData {
+  std::vector<float> rows;
+  std::vector<int64_t> bias;
+  std::vector<TensorShard> Shards(int t) {
+    return {{"w", kDtFloat, {16, 1000}, {4 * t, 0}, {4, 1000}, rows.data(), rows.size() * sizeof(float)},
+            {"bias", kDtInt64, {5}, {}, {}, bias.data(), bias.size() * sizeof(int64_t)}};
+  }
+};
+
+TrainerData MakeData(int t, int64_t step) {
+  TrainerData d;
+  for (int i = 0; i < 4000; ++i) d.rows.push_back(static_cast<float>(step * 100000 + (4 * t) * 1000 + i));
+  for (int i = 0; i < 5; ++i) d.bias.push_back(step * 10 + i);
+  return d;
+}
+
+class SharedMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<Cluster>(2);
+    absl::Status s = cluster_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  void TearDown() override { EXPECT_EQ(cluster_->Stop(), 0) << "see " << cluster_->log(); }
+  std::string Prefix(const std::string& run, int64_t step) const {
+    return CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), cluster_->root()).StepDir(run, step));
+  }
+  // Saves step `step` from 4 trainers over `transport`; each trainer overwrites its
+  // buffers as soon as Save returns, before the step is durable.
+  void SaveAll(const std::string& run, int64_t step, Transport transport, bool expect_shared) {
+    auto results = RunTrainers(4, [&](int t) -> absl::Status {
+      auto client = cluster_->Connect(t / 2);
+      TrainerData data = MakeData(t, step);
+      SaveOptions options;
+      options.transport = transport;
+      ASSIGN_OR_RETURN(SaveResult result, client->Save(run, step, t, 4, data.Shards(t), options));
+      if (result.shared_memory != expect_shared) return absl::InternalError("wrong transport taken");
+      std::fill(data.rows.begin(), data.rows.end(), -1.0f);
+      std::fill(data.bias.begin(), data.bias.end(), -1);
+      return client->Wait(run, step);
+    });
+    for (int t = 0; t < 4; ++t) ASSERT_TRUE(results[t].ok()) << "trainer " << t << ": " << results[t];
+  }
+  void ExpectRestores(const std::string& run, int64_t step, Transport transport) {
+    auto client = cluster_->Connect(1);
+    std::vector<float> w(16 * 1000);
+    std::vector<int64_t> bias(5);
+    RestoreOptions options;
+    options.transport = transport;
+    auto restored = client->Restore(run, step,
+                                    {{"w", 0, {}, {}, {}, w.data(), w.size() * sizeof(float)},
+                                     {"bias", 0, {}, {}, {}, bias.data(), bias.size() * sizeof(int64_t)}},
+                                    options);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    std::vector<float> want;
+    for (int t = 0; t < 4; ++t) {
+      const TrainerData d = MakeData(t, step);
+      want.insert(want.end(), d.rows.begin(), d.rows.end());
+    }
+    EXPECT_EQ(w, want);
+    EXPECT_EQ(bias, MakeData(0, step).bias);
+  }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(SharedMemoryTest, BothPathsWriteIdenticalCheckpointsAndRestoreBitExact) {
+  SaveAll("stream", 1, Transport::kStream, false);
+  SaveAll("shm", 1, Transport::kAuto, true);  // a unix socket: auto picks shared memory
+  for (const std::string& file : {std::string("ckpt.index"), std::string("ckpt.data-00000-of-00002"),
+                                  std::string("ckpt.data-00001-of-00002")}) {
+    const std::string stream = FileBytes(DirName(Prefix("stream", 1)) + "/" + file);
+    EXPECT_FALSE(stream.empty()) << file;
+    EXPECT_TRUE(stream == FileBytes(DirName(Prefix("shm", 1)) + "/" + file)) << file << " differs";
+  }
+  ExpectRestores("shm", 1, Transport::kSharedMemory);
+  ExpectRestores("shm", 1, Transport::kStream);
+  ExpectRestores("stream", 1, Transport::kSharedMemory);
+}
+
+TEST_F(SharedMemoryTest, SegmentsAreReusedAcrossStepsAndStatusReportsTheCommit) {
+  for (int64_t step = 1; step <= 3; ++step) SaveAll("reuse", step, Transport::kSharedMemory, true);
+  for (int64_t step = 1; step <= 3; ++step) ExpectRestores("reuse", step, Transport::kAuto);
+  auto client = cluster_->Connect(0);
+  auto status = client->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->runs_size(), 1);
+  EXPECT_EQ(status->runs(0).last_committed_step(), 3);
+  EXPECT_GT(status->runs(0).last_commit_unix_seconds(), 1.7e9);
+  EXPECT_GT(status->runs(0).last_commit_seconds(), 0.0);
+  EXPECT_EQ(status->bytes_in_flight(), 0);
+  EXPECT_EQ(status->bytes_staged(), 0);
+}
+
+TEST_F(SharedMemoryTest, RestoreIntoATooSmallTargetIsInvalidArgument) {
+  SaveAll("small", 1, Transport::kSharedMemory, true);
+  auto client = cluster_->Connect(0);
+  std::vector<float> w(16 * 999);
+  RestoreOptions options;
+  options.transport = Transport::kSharedMemory;
+  auto restored =
+      client->Restore("small", 1, {{"w", 0, {}, {}, {}, w.data(), w.size() * sizeof(float)}}, options);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
+}
+
+// Sends a raw Save whose header points at `fd` of this process.
+grpc::Status RawSave(const std::string& address, int fd, int64_t size) {
+  auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());
+  auto stub = v1::Ckptd::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::SaveResponse response;
+  auto writer = stub->Save(&ctx, &response);
+  v1::SaveRequest message;
+  v1::SaveHeader* h = message.mutable_header();
+  h->set_run("raw");
+  h->set_step(1);
+  h->set_trainer_id(0);
+  h->set_trainer_count(1);
+  v1::TensorDescriptor* d = h->add_tensors();
+  d->set_name("v");
+  d->set_dtype(kDtInt64);
+  d->add_shape(8);
+  h->mutable_shared_memory()->set_fd(fd);
+  h->mutable_shared_memory()->set_size(size);
+  writer->Write(message);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+TEST_F(SharedMemoryTest, DaemonRefusesSegmentsItMustNotMapAndTheStepSurvives) {
+  const std::string address = cluster_->Address(0);
+  // Not a memfd.
+  const int file = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  grpc::Status s = RawSave(address, file, 64);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("not a memfd"), std::string::npos) << s.error_message();
+  ::close(file);
+  // A memfd that could shrink under the daemon's mapping.
+  const int unsealed = ::memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(unsealed, 64), 0);
+  s = RawSave(address, unsealed, 64);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("F_SEAL_SHRINK"), std::string::npos) << s.error_message();
+  // Sealed, but smaller than the 64 bytes it claims to hold.
+  ASSERT_EQ(::ftruncate(unsealed, 32), 0);
+  ASSERT_EQ(::fcntl(unsealed, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  ASSERT_EQ(::ftruncate(unsealed, 16), -1);
+  s = RawSave(address, unsealed, 64);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("fewer than"), std::string::npos) << s.error_message();
+  // A declared size that disagrees with the descriptors (8 int64 elements).
+  ASSERT_EQ(::ftruncate(unsealed, 128), 0);
+  s = RawSave(address, unsealed, 128);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("shared_memory.size"), std::string::npos) << s.error_message();
+  // An fd number this process does not have.
+  s = RawSave(address, 1 << 20, 64);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  ::close(unsealed);
+
+  // None of that doomed the step: a proper save of it still commits (one trainer,
+  // but the job has two daemons, so the second rank saves nothing and the plan needs
+  // only trainer 0).
+  auto client = cluster_->Connect(0);
+  std::vector<int64_t> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  SaveOptions options;
+  options.transport = Transport::kSharedMemory;
+  auto saved = client->Save("raw", 1, 0, 1, {{"v", kDtInt64, {8}, {}, {}, v.data(), v.size() * 8}}, options);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(client->Wait("raw", 1).ok());
+  std::vector<int64_t> back(8);
+  ASSERT_TRUE(client->Restore("raw", 1, {{"v", 0, {}, {}, {}, back.data(), back.size() * 8}}).ok());
+  EXPECT_EQ(back, v);
+}
+
+}  // namespace
+}  // namespace ckptd::testing

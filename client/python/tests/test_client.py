@@ -1,0 +1,133 @@
+"""The Python client against real daemons: bytes out equal bytes in, on both paths."""
+
+import concurrent.futures
+import os
+
+import grpc
+import numpy as np
+import pytest
+
+import ckptd
+
+MESH_X2 = "|x=2|0,1|{local}|{devices}"
+
+
+def mesh_for(device):
+    return MESH_X2.format(local=device, devices=f"/job:localhost/replica:0/task:0/device:CPU:{device}")
+
+
+def model(step):
+    rng = np.random.default_rng(step)
+    return {
+        "w": rng.standard_normal((64, 33)).astype(np.float32),
+        "b": rng.standard_normal(33).astype(np.float64),
+        "ids": rng.integers(-2**40, 2**40, size=(5, 7), dtype=np.int64),
+        "mask": rng.integers(0, 2, size=(3, 3)).astype(np.bool_),
+        "half": rng.standard_normal(10).astype(np.float16),
+        "count": np.array(step, dtype=np.int32),  # a scalar
+    }
+
+
+def save_from_two_trainers(job, run, step, tensors, transport):
+    """Trainer 0 on daemon 0 and trainer 1 on daemon 1 both save every tensor whole
+    (data parallel: replicated, each written once)."""
+    def trainer(t):
+        with job.client(t, transport=transport) as c:
+            result = c.save(run, step, tensors, trainer_id=t, trainer_count=2)
+            c.wait(run, step)
+            return result
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return list(pool.map(trainer, range(2)))
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_every_dtype_round_trips_bit_exact(job, transport):
+    tensors = model(3)
+    results = save_from_two_trainers(job, "rt", 3, tensors, transport)
+    assert all(r.shared_memory == (transport == "shm") for r in results)
+    assert results[0].bytes_staged == sum(a.nbytes for a in tensors.values())
+    with job.client(1, transport=transport) as c:
+        out = c.restore("rt", 3, {name: (a.shape, None, None) for name, a in tensors.items()})
+        assert out.step == 3
+        for name, a in tensors.items():
+            assert out[name].dtype == a.dtype, name
+            assert out[name].shape == a.shape, name
+            assert out[name].tobytes() == a.tobytes(), name
+
+
+def test_auto_uses_shared_memory_and_both_paths_write_identical_files(job):
+    tensors = model(1)
+    assert save_from_two_trainers(job, "viashm", 1, tensors, "auto")[0].shared_memory
+    save_from_two_trainers(job, "viastream", 1, tensors, "stream")
+    with job.client(0) as c:
+        shm_dir = c.list_checkpoints("viashm")[0]["path"]
+        stream_dir = c.list_checkpoints("viastream")[0]["path"]
+    for name in ("ckpt.index", "ckpt.data-00000-of-00002", "ckpt.data-00001-of-00002"):
+        a = open(os.path.join(shm_dir, name), "rb").read()
+        b = open(os.path.join(stream_dir, name), "rb").read()
+        assert a and a == b, name
+
+
+def test_arrays_may_change_once_save_returns(job):
+    w = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    before = w.copy()
+    strided = np.arange(200, dtype=np.int64).reshape(20, 10)[::2, ::3]  # not contiguous
+    with job.client(0) as c0, job.client(1) as c1:
+        for t, c in enumerate((c0, c1)):
+            c.save("async", 1, {"w": w, "s": strided}, trainer_id=t, trainer_count=2)
+        w[:] = -1  # before the step is durable
+        c0.wait("async", 1)
+        out = c1.restore("async", None, {"w": (None, None, None), "s": ((10, 4), None, None)})
+    assert np.array_equal(out["w"], before)
+    assert np.array_equal(out["s"], np.arange(200, dtype=np.int64).reshape(20, 10)[::2, ::3])
+
+
+def test_layouts_reshard_and_convert(job):
+    full = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    # Save on mesh x=2: trainer t (device t, daemon t) holds rows [4t, 4t+4).
+    for t in range(2):
+        with job.client(t) as c:
+            c.save("lay", 5, {"w": (full[4 * t:4 * t + 4], ["x", "unsharded"])}, trainer_id=t,
+                   trainer_count=2, mesh=mesh_for(t), device_ids=[t])
+    with job.client(0) as c:
+        c.wait("lay", 5)
+        # Column halves instead of row halves, converted to float16.
+        for t in range(2):
+            out = c.restore("lay", 5, {"w": ((8, 6), np.float16, ["unsharded", "x"])},
+                            mesh=mesh_for(t), device_ids=[t])
+            assert out["w"].dtype == np.float16
+            assert np.array_equal(out["w"], full[:, 3 * t:3 * t + 3].astype(np.float16))
+
+
+def test_trainer_state_barrier_and_status(job):
+    arrays = {"v": np.ones(4, dtype=np.int32)}
+    with job.client(0) as c0, job.client(1) as c1:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda t: (c0, c1)[t].barrier("st", t, 2), range(2)))
+        for t, c in enumerate((c0, c1)):
+            c.save("st", 2, arrays, trainer_id=t, trainer_count=2,
+                   trainer_state={"iterator": f"position-{t}".encode()})
+        c0.wait("st", 2)
+        out = c1.restore("st", 2, {"v": (None, None, None)}, trainer_id=1, trainer_state=True)
+        assert out.trainer_state == {"iterator": b"position-1"}
+        status = c0.status()
+        assert status["rank"] == 0 and status["num_ranks"] == 2
+        assert status["runs"][0]["last_committed_step"] == "2"
+        assert status["runs"][0]["last_commit_seconds"] > 0
+        assert [c["step"] for c in c0.list_checkpoints("st")] == ["2"]
+
+
+def test_errors_carry_the_grpc_status(job):
+    with job.client(0) as c:
+        with pytest.raises(ckptd.Error) as e:
+            c.restore("nothing", 1, {"w": (None, None, None)})
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(ckptd.Error) as e:
+            c.save("../escape", 1, {"w": np.zeros(2, np.float32)})
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "run" in e.value.details
+        with pytest.raises(TypeError):
+            c.save("r", 1, {"w": np.zeros(2, np.complex64)})
+    with pytest.raises(ckptd.Error) as e:
+        ckptd.Client(os.path.join(job.dir, "no.sock"), timeout=0.5)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE

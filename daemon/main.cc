@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
   signal_thread.detach();
 
   ckptd::Coordinator coordinator(collective->get(), &registry, &store,
-                                 {config.commit_timeout, kVersion, config.keep_last, config.keep_every_n_steps});
+                                 {config.commit_timeout, kVersion, config.keep_last, config.keep_every_n_steps,
+                                  [&service] { return service.LocalStatus().SerializeAsString(); }});
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
   // Calls still running get 2 s to finish. gRPC also waits this long for idle client

@@ -430,12 +430,38 @@ absl::Status BundleReader::OpenAllDataFiles() {
   return absl::OkStatus();
 }
 
-int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked) {
+int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked,
+                            const std::function<void(int64_t, int64_t)>& progress) {
   int checked = 0;
   std::string buffer;
+  int64_t total = 0, done = 0;
   for (const auto& [key, entry] : entries_) {
+    if (entry.slices_size() == 0) total += entry.size();
+  }
+  // Slice keys are binary (OrderedCode): problems name the tensor and slice instead.
+  std::map<std::string, std::string> display;
+  for (const std::string& name : TensorNames()) {
+    auto info = Lookup(name);
+    if (!info.ok()) continue;
+    if (Find(name)->slices_size() == 0) continue;
+    for (const SavedPiece& p : info->pieces) {
+      display[ordered_code::EncodeTensorNameSlice(name, p.box, info->shape)] =
+          absl::StrCat(name, "' slice '", p.box.ToSliceString(info->shape));
+    }
+  }
+  for (const auto& [raw_key, entry] : entries_) {
     if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
+    auto shown = display.find(raw_key);
+    const std::string& key = shown == display.end() ? raw_key : shown->second;
     ++checked;
+    done += entry.size();
+    struct Report {
+      const std::function<void(int64_t, int64_t)>& progress;
+      int64_t done, total;
+      ~Report() {
+        if (progress) progress(done, total);
+      }
+    } report{progress, done, total};
     absl::Status s = CheckEntryRange(key, entry);
     if (s.ok()) {
       buffer.resize(static_cast<size_t>(entry.size()));

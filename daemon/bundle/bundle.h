@@ -6,6 +6,7 @@
 #ifndef CKPTD_DAEMON_BUNDLE_BUNDLE_H_
 #define CKPTD_DAEMON_BUNDLE_BUNDLE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,7 +111,9 @@ class BundleReader {
 
   // Reads every entry and checks every checksum; one line per problem found
   // (naming tensor and file) in *problems. Returns the number of entries checked.
-  int VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked);
+  // `progress`, when set, is called after each entry with (bytes done, bytes in all).
+  int VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked,
+                const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
   std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
 

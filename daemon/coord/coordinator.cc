@@ -103,6 +103,11 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   internal::RoundState mine = registry_->Snapshot();
   mine.set_stopping(stop_requested);
   const absl::Time now = absl::Now();
+  if (options_.local_report && now - report_time_ > absl::Milliseconds(200)) {
+    report_ = options_.local_report();
+    report_time_ = now;
+  }
+  mine.set_report(report_);
   for (const auto& [key, since] : first_seen_) {
     if (now - since > options_.commit_timeout) {
       internal::StepRef* e = mine.add_expired();
@@ -132,9 +137,11 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   std::map<StepKey, Tally> steps;
   std::map<std::pair<std::string, int64_t>, Tally> barriers;
   restoring_.clear();
+  std::vector<std::string> reports;
   for (const std::string& bytes : all) {
     internal::RoundState state;
     if (!state.ParseFromString(bytes)) return absl::InternalError("a rank sent an unparsable round state");
+    reports.push_back(state.report());
     if (state.stopping()) *stopping = true;
     for (const auto& p : state.steps()) {
       Tally& t = steps[{p.run(), p.step()}];
@@ -152,6 +159,7 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       t.mesh_size = std::max(t.mesh_size, b.mesh_size());
     }
   }
+  registry_->SetRankReports(std::move(reports), now);
   if (*stopping) return true;
 
   bool worked = false;

@@ -8,6 +8,7 @@
 #define CKPTD_DAEMON_COORD_COORDINATOR_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +28,9 @@ struct CoordinatorOptions {
   std::string version;
   int keep_last = 0;           // retention; 0 = keep every step
   int keep_every_n_steps = 0;  // also keep steps divisible by this; 0 = none
+  // This rank's status report (see RoundState.report); called on the coordinator
+  // thread, so it must be thread-safe with respect to the service. May be empty.
+  std::function<std::string()> local_report;
 };
 
 class Coordinator {
@@ -75,6 +79,8 @@ class Coordinator {
   std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
   std::set<std::string> cleaned_runs_;           // runs whose orphans rank 0 removed
   std::set<StepKey> restoring_;                  // steps being restored on some host
+  std::string report_;                           // cached local_report()
+  absl::Time report_time_ = absl::InfinitePast();
 };
 
 }  // namespace ckptd

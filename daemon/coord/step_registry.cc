@@ -232,6 +232,17 @@ int64_t StepRegistry::bytes_written() {
   return bytes_written_;
 }
 
+void StepRegistry::SetRankReports(std::vector<std::string> reports, absl::Time when) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rank_reports_ = std::move(reports);
+  rank_reports_time_ = when;
+}
+
+std::pair<std::vector<std::string>, absl::Time> StepRegistry::RankReports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {rank_reports_, rank_reports_time_};
+}
+
 std::optional<absl::Status> StepRegistry::Outcome(const StepKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = outcomes_.find(key);

@@ -80,6 +80,9 @@ class StepRegistry {
   std::map<std::string, CommitTiming> LastCommitTimings();
   int64_t bytes_written();
   int64_t bytes_in_flight();
+  // Every rank's serialized status, by rank, as the last round gathered them.
+  void SetRankReports(std::vector<std::string> reports, absl::Time when);
+  std::pair<std::vector<std::string>, absl::Time> RankReports();
   // OK/error if the outcome is remembered; nullopt otherwise.
   std::optional<absl::Status> Outcome(const StepKey& key);
 
@@ -110,6 +113,8 @@ class StepRegistry {
   std::map<std::string, CommitTiming> last_commit_timing_;
   int64_t bytes_written_ = 0;
   int64_t bytes_in_flight_ = 0;
+  std::vector<std::string> rank_reports_;
+  absl::Time rank_reports_time_;
 };
 
 }  // namespace ckptd

@@ -467,6 +467,18 @@ grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx, const v1::L
 grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
                                   v1::StatusResponse* response) {
   if (absl::Status s = peers_->Check(ctx->peer()); !s.ok()) return ToGrpcStatus(s);
+  *response = LocalStatus();
+  auto [reports, when] = registry_->RankReports();
+  for (const std::string& report : reports) {
+    if (!response->add_ranks()->ParseFromString(report)) return ToGrpcStatus(absl::InternalError("bad rank report"));
+  }
+  if (!reports.empty()) response->set_ranks_as_of_unix_seconds(absl::ToDoubleSeconds(when - absl::UnixEpoch()));
+  return grpc::Status::OK;
+}
+
+v1::StatusResponse CkptdService::LocalStatus() const {
+  v1::StatusResponse status;
+  v1::StatusResponse* response = &status;
   response->set_rank(context_.rank);
   response->set_peak_bytes_staged(staging_->peak_bytes_staged());
   response->set_staging_memory_limit(staging_->limit());
@@ -496,7 +508,7 @@ grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
     rs.set_last_commit_unix_seconds(absl::ToDoubleSeconds(it->second.when - absl::UnixEpoch()));
     rs.set_last_commit_seconds(absl::ToDoubleSeconds(it->second.took));
   }
-  return grpc::Status::OK;
+  return status;
 }
 
 }  // namespace ckptd

@@ -39,6 +39,9 @@ class CkptdService final
 
   void set_tcp_address(const std::string& address) { context_.tcp_address = address; }
 
+  // This daemon's own status, without the other ranks'. Thread-safe.
+  v1::StatusResponse LocalStatus() const;
+
   // After this, new Saves are refused with UNAVAILABLE.
   void StopAccepting() { accepting_ = false; }
 

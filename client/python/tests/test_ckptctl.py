@@ -1,0 +1,208 @@
+"""ckptctl against checkpoints real daemons wrote: export (npy, safetensors), diff,
+ls, inspect, verify, status, wait and restore, with their JSON and exit codes."""
+
+import json
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+CKPTCTL = os.environ.get("CKPTCTL_BINARY", "ckptctl")
+
+
+def ckptctl(*args, env=None):
+    return subprocess.run([CKPTCTL, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+
+
+def mesh_for(device):
+    return f"|x=2|0,1|{device}|/job:localhost/replica:0/task:0/device:CPU:{device}"
+
+
+def model(step):
+    rng = np.random.default_rng(step)
+    return {
+        "dense/kernel": rng.standard_normal((6, 4)).astype(np.float32),  # row-sharded below
+        "dense/bias": rng.standard_normal(4).astype(np.float32),
+        "embedding": rng.integers(0, 1000, size=(10, 3), dtype=np.int64),
+        "flags": np.array([True, False, True]),
+        "global_step": np.array(step, dtype=np.int64),
+    }
+
+
+def save(job, run, step, tensors, **kwargs):
+    """Two trainers, one per daemon; 'dense/kernel' is sharded by rows over mesh x=2,
+    so the checkpoint holds it as two slices."""
+    clients = [job.client(t) for t in range(2)]
+    try:
+        for t, c in enumerate(clients):
+            mine = {n: a for n, a in tensors.items() if n != "dense/kernel"}
+            if "dense/kernel" in tensors:
+                k = tensors["dense/kernel"]
+                rows = k.shape[0] // 2
+                mine["dense/kernel"] = (k[t * rows:(t + 1) * rows], ["x", "unsharded"])
+            c.save(run, step, mine, trainer_id=t, trainer_count=2, mesh=mesh_for(t), device_ids=[t], **kwargs)
+        clients[0].wait(run, step)
+    finally:
+        for c in clients:
+            c.close()
+    return os.path.join(job.root, run)
+
+
+def read_safetensors(path):
+    """A strict reader following the safetensors spec, as the reference library checks:
+    u64 header size, a JSON header, offsets contiguous from 0 covering the whole data
+    buffer, and each tensor's byte count equal to its shape times its dtype size."""
+    sizes = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1}
+    numpy_types = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64,
+                   "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                   "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_, "BF16": np.uint16}
+    blob = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    assert n <= 100_000_000 and n % 8 == 0
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    meta = header.pop("__metadata__", {})
+    assert all(isinstance(v, str) for v in meta.values())
+    spans = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items())
+    expected_start = 0
+    out = {}
+    for begin, end, name in spans:
+        info = header[name]
+        assert begin == expected_start, f"{name}: gap or overlap"
+        assert end - begin == int(np.prod(info["shape"], dtype=np.int64)) * sizes[info["dtype"]], name
+        out[name] = (info["dtype"], np.frombuffer(data[begin:end], numpy_types[info["dtype"]]).reshape(info["shape"]))
+        expected_start = end
+    assert expected_start == len(data), "trailing bytes"
+    return out, meta
+
+
+def test_export_npy_and_safetensors_assemble_whole_tensors(job, tmp_path):
+    tensors = model(1)
+    run_dir = save(job, "exp", 1, tensors)
+    out = tmp_path / "npy"
+    r = ckptctl("export", run_dir, "--format", "npy", "--out", out)
+    assert r.returncode == 0, r.stderr
+    for name, a in tensors.items():
+        got = np.load(out / f"{name}.npy")  # "dense/kernel" -> out/dense/kernel.npy
+        assert got.dtype == a.dtype and got.shape == a.shape and np.array_equal(got, a), name
+
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", tmp_path / "st", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["files"][0]["tensors"] == len(tensors)
+    got, meta = read_safetensors(tmp_path / "st" / "model.safetensors")
+    assert meta["step"] == "1"
+    for name, a in tensors.items():
+        assert np.array_equal(got[name][1], a), name
+
+    # A regex picks tensors; bfloat16 stays BF16 in safetensors and widens in npy.
+    run_dir = save(job, "bf", 1, {"dense/kernel": tensors["dense/kernel"]}, store_float32_as_bfloat16=True)
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", tmp_path / "bf")
+    assert r.returncode == 0, r.stderr
+    dtype, bits = read_safetensors(tmp_path / "bf" / "model.safetensors")[0]["dense/kernel"]
+    assert dtype == "BF16"
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    assert np.allclose(widened, tensors["dense/kernel"], rtol=1e-2)
+    r = ckptctl("export", run_dir, "--out", tmp_path / "bfnpy", "--tensors", "^dense/")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(np.load(tmp_path / "bfnpy" / "dense" / "kernel.npy"), widened)
+
+
+def test_diff_names_added_removed_and_changed(job):
+    a = model(1)
+    b = dict(a)
+    b["dense/bias"] = a["dense/bias"] + 1        # changed content
+    b["embedding"] = a["embedding"][:5]          # changed shape
+    del b["flags"]                               # removed
+    b["new"] = np.zeros(2, np.float32)           # added
+    save(job, "d", 1, a)
+    save(job, "d", 2, b)
+    step = lambda s: os.path.join(job.root, "d", f"step-{s:08d}")
+    r = ckptctl("diff", step(1), step(2), "--json")
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["added"] == ["new"] and d["removed"] == ["flags"]
+    assert {c["name"]: c["change"].split()[0] for c in d["changed"]} == {"dense/bias": "content", "embedding": "shape"}
+    assert d["unchanged"] == 2  # dense/kernel (sliced: compared assembled) and global_step
+    same = ckptctl("diff", step(1), step(1))
+    assert same.returncode == 0 and "0 changed" in same.stdout
+
+
+def test_ls_inspect_verify(job):
+    run_dir = save(job, "l", 1, model(1))
+    save(job, "l", 2, model(2))
+    r = ckptctl("ls", run_dir, "--json")
+    assert r.returncode == 0, r.stderr
+    steps = json.loads(r.stdout)
+    assert [s["step"] for s in steps] == [1, 2]
+    assert [s["latest"] for s in steps] == [False, True]
+    assert all(s["bytes"] > 0 and s["created_unix"] > 1.7e9 and s["commit_seconds"] > 0 for s in steps)
+    assert "(latest)" in ckptctl("ls", run_dir).stdout.splitlines()[-1]
+
+    r = ckptctl("inspect", run_dir, "--tensors", "^dense/", "--json")
+    got = json.loads(r.stdout)
+    assert sorted(e["key"] for e in got["entries"]) == ["dense/bias", "dense/kernel"]
+    kernel = next(e for e in got["entries"] if e["key"] == "dense/kernel")
+    assert kernel["layout"] and len(kernel["slices"]) == 2 and got["mesh"].startswith("|x=2|")
+    assert ckptctl("inspect", run_dir, "--tensors", "(").returncode == 2  # a bad regex
+
+    r = ckptctl("verify", run_dir, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+    piped = ckptctl("verify", run_dir)  # not a terminal: plain progress lines
+    assert piped.returncode == 0 and "verify: 100%" in piped.stderr
+    data = os.path.join(run_dir, "step-00000002", "ckpt.data-00000-of-00002")
+    blob = bytearray(open(data, "rb").read())
+    blob[0] ^= 0xFF
+    open(data, "wb").write(bytes(blob))
+    r = ckptctl("verify", run_dir, "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False
+    assert ckptctl("verify", "/nonexistent").returncode == 2
+
+
+def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
+    tensors = model(3)
+    save(job, "on", 3, tensors)
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(1))
+    r = ckptctl("status", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["num_ranks"] == 2 and s["asked_rank"] == 1
+    assert [rank["rank"] for rank in s["ranks"]] == [0, 1]
+    assert all(rank["pid"] > 0 for rank in s["ranks"])
+    assert s["ranks"][1]["runs"] == [{"run": "on", "last_committed_step": 3,
+                                      "last_commit_unix_seconds": s["ranks"][1]["runs"][0]["last_commit_unix_seconds"],
+                                      "last_commit_seconds": s["ranks"][1]["runs"][0]["last_commit_seconds"]}]
+    assert s["ranks"][1]["bytes_written"] > 0
+    assert "LAST COMMIT" in ckptctl("status", env=env).stdout
+
+    assert ckptctl("wait", "on", 3, env=env).returncode == 0
+    assert ckptctl("wait", "on", 99, "--timeout", "1", env=env).returncode == 3
+    # A step that fails: the two trainers disagree on a tensor's shape.
+    clients = [job.client(t) for t in range(2)]
+    for t, c in enumerate(clients):
+        c.save("on", 4, {"v": np.zeros(3 + t, np.float32)}, trainer_id=t, trainer_count=2)
+    r = ckptctl("wait", "on", 4, "--json", env=env)
+    assert r.returncode == 1 and json.loads(r.stdout)["committed"] is False
+    for c in clients:
+        c.close()
+    assert ckptctl("wait", "on", 3).returncode == 2  # no address anywhere
+
+    r = ckptctl("restore", "on", "--out", tmp_path / "r", "--tensors", "kernel|embedding", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["step"] == 3
+    assert np.array_equal(np.load(tmp_path / "r" / "dense" / "kernel.npy"), tensors["dense/kernel"])
+    assert np.array_equal(np.load(tmp_path / "r" / "embedding.npy"), tensors["embedding"])
+    assert not (tmp_path / "r" / "flags.npy").exists()
+    r = ckptctl("restore", "on", "--step", 3, "--out", tmp_path / "h", "--dtype", "half", "--tensors", "bias",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "h" / "dense" / "bias.npy").dtype == np.float16
+
+
+@pytest.mark.parametrize("command", ["ls", "inspect", "verify", "export", "diff", "gc", "status", "wait",
+                                     "restore"])
+def test_every_command_has_help_with_exit_codes(command):
+    r = ckptctl(command, "--help")
+    assert r.returncode == 0 and "Exit codes" in r.stdout, r.stdout + r.stderr

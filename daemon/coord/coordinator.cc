@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -386,19 +389,27 @@ void Coordinator::ApplyRetention(const StepKey& key) {
 }
 
 absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
-                                          const std::vector<TrainerPayload>& payloads,
-                                          std::string* entries_out, int64_t* bytes_out) {
+                                          std::vector<TrainerPayload>& payloads, std::string* entries_out,
+                                          int64_t* bytes_out) {
   const absl::Time started = absl::Now();
   const int rank = collective_->rank();
-  std::map<std::pair<std::string, Box>, const StagedTensor*> staged;
-  for (const TrainerPayload& p : payloads) {
-    for (const StagedTensor& t : p.tensors) staged.emplace(std::make_pair(t.name, t.box), &t);
+  // What this rank writes, in plan order; every other staged box (written by another
+  // host, or a second local replica) goes back to staging memory now.
+  struct Job {
+    const PlannedTensor* tensor;
+    const PlannedBox* box;
+    StagedTensor* staged;
+    int64_t offset = 0;
+    uint32_t crc = 0;
+    absl::Status checksummed;
+    std::atomic<int> left{2};  // the write and the checksum; the last one frees the bytes
+  };
+  std::map<std::pair<std::string, Box>, StagedTensor*> staged;
+  for (TrainerPayload& p : payloads) {
+    for (StagedTensor& t : p.tensors) staged.emplace(std::make_pair(t.name, t.box), &t);
   }
-  const std::string path =
-      DataPath(CheckpointStore::Prefix(store_->TempDir(key.run, key.step)), rank, collective_->size());
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, store_->fs()->NewWritableFile(path));
-  internal::WrittenEntries written;
-  int64_t offset = 0;
+  std::deque<Job> jobs;
+  std::set<const StagedTensor*> used;
   for (const PlannedTensor& t : plan.tensors) {
     for (const PlannedBox& b : t.boxes) {
       if (b.writer != rank) continue;
@@ -407,29 +418,84 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
         return absl::InternalError(absl::StrCat("plan assigned box ", b.box.ToString(), " of '", t.name,
                                                 "' to rank ", rank, ", which does not hold it"));
       }
-      const StagedBuffer& bytes = it->second->bytes;
-      RETURN_IF_ERROR(file->Append(absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
-      internal::WrittenEntry* e = written.add_entries();
-      e->set_name(t.name);
-      e->set_dtype(t.dtype);
-      e->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-      e->mutable_start()->Add(b.box.start.begin(), b.box.start.end());
-      e->mutable_length()->Add(b.box.length.begin(), b.box.length.end());
-      e->set_shard(rank);
-      e->set_offset(offset);
-      e->set_size(bytes.size());
-      ASSIGN_OR_RETURN(uint32_t crc, EntryChecksum(t.dtype, b.box.NumElements(), bytes.data(),
-                                                   static_cast<size_t>(bytes.size())));
-      e->set_crc32c(crc);
-      offset += bytes.size();
+      jobs.emplace_back();
+      jobs.back().tensor = &t;
+      jobs.back().box = &b;
+      jobs.back().staged = it->second;
+      used.insert(it->second);
     }
   }
-  RETURN_IF_ERROR(file->Sync());
-  RETURN_IF_ERROR(file->Close());
-  RETURN_IF_ERROR(store_->fs()->SyncDir(DirName(path)));
-  written.set_file_bytes(offset);
-  written.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  *entries_out = written.SerializeAsString();
+  for (TrainerPayload& p : payloads) {
+    for (StagedTensor& t : p.tensors) {
+      if (used.count(&t) == 0) t.bytes = StagedBuffer();
+    }
+  }
+  // Large boxes start at 4 KiB-aligned offsets (TF readers follow each entry's offset)
+  // so that O_DIRECT writes come straight from staging memory.
+  constexpr int64_t kAlignFrom = 1 << 20, kAlign = 4096;
+  int64_t offset = 0;
+  for (Job& j : jobs) {
+    if (j.staged->bytes.size() >= kAlignFrom) offset = (offset + kAlign - 1) / kAlign * kAlign;
+    j.offset = offset;
+    offset += j.staged->bytes.size();
+  }
+  auto finish = [](Job& j) {
+    if (j.left.fetch_sub(1) == 1) j.staged->bytes = StagedBuffer();
+  };
+  // Checksums run on other threads while this one writes.
+  std::atomic<size_t> next_checksum{0};
+  auto checksum = [&] {
+    for (size_t i = next_checksum++; i < jobs.size(); i = next_checksum++) {
+      Job& j = jobs[i];
+      const StagedBuffer& bytes = j.staged->bytes;
+      absl::StatusOr<uint32_t> crc = EntryChecksum(j.tensor->dtype, j.box->box.NumElements(), bytes.data(),
+                                                   static_cast<size_t>(bytes.size()));
+      j.checksummed = crc.status();
+      if (crc.ok()) j.crc = *crc;
+      finish(j);
+    }
+  };
+  std::vector<std::thread> checksummers;
+  for (int i = 0; i < std::max(1, options_.checksum_threads); ++i) checksummers.emplace_back(checksum);
+  absl::Status written = [&]() -> absl::Status {
+    const std::string path =
+        DataPath(CheckpointStore::Prefix(store_->TempDir(key.run, key.step)), rank, collective_->size());
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, store_->fs()->NewDirectWritableFile(path));
+    int64_t at = 0;
+    const std::string zeros(kAlign, '\0');
+    for (Job& j : jobs) {
+      if (j.offset > at) RETURN_IF_ERROR(file->Append(absl::string_view(zeros.data(), j.offset - at)));
+      const StagedBuffer& bytes = j.staged->bytes;
+      RETURN_IF_ERROR(file->Append(absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
+      at = j.offset + bytes.size();
+      finish(j);
+    }
+    RETURN_IF_ERROR(file->Sync());
+    RETURN_IF_ERROR(file->Close());
+    return store_->fs()->SyncDir(DirName(path));
+  }();
+  // A failed write leaves its remaining jobs unfinished here: the checksummers still
+  // finish theirs, and the payloads free whatever is left when they go.
+  for (std::thread& t : checksummers) t.join();
+  RETURN_IF_ERROR(written);
+
+  internal::WrittenEntries entries;
+  for (const Job& j : jobs) {
+    RETURN_IF_ERROR(j.checksummed);
+    internal::WrittenEntry* e = entries.add_entries();
+    e->set_name(j.tensor->name);
+    e->set_dtype(j.tensor->dtype);
+    e->mutable_shape()->Add(j.tensor->shape.begin(), j.tensor->shape.end());
+    e->mutable_start()->Add(j.box->box.start.begin(), j.box->box.start.end());
+    e->mutable_length()->Add(j.box->box.length.begin(), j.box->box.length.end());
+    e->set_shard(rank);
+    e->set_offset(j.offset);
+    e->set_size(j.box->bytes);
+    e->set_crc32c(j.crc);
+  }
+  entries.set_file_bytes(offset);
+  entries.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  *entries_out = entries.SerializeAsString();
   *bytes_out = offset;
   return absl::OkStatus();
 }

@@ -31,6 +31,8 @@ struct CoordinatorOptions {
   // This rank's status report (see RoundState.report); called on the coordinator
   // thread, so it must be thread-safe with respect to the service. May be empty.
   std::function<std::string()> local_report;
+  // Threads that checksum boxes while the coordinator thread writes them.
+  int checksum_threads = 2;
 };
 
 class Coordinator {
@@ -51,8 +53,9 @@ class Coordinator {
   absl::Status CommitStep(const StepKey& key, int trainer_count);
   // Agrees on one status: OK if every rank's is OK, else the lowest failing rank's.
   absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);
-  absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
-                               const std::vector<TrainerPayload>& payloads,
+  // Writes this rank's boxes into its data file and syncs it; each box's staged
+  // memory is freed as soon as it is written and checksummed.
+  absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan, std::vector<TrainerPayload>& payloads,
                                std::string* entries_out, int64_t* bytes_out);
   absl::Status WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
                           const std::vector<std::string>& gathered, absl::Time started);

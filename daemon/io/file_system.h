@@ -42,6 +42,14 @@ class FileSystem {
       const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
+  // As NewWritableFile, for large sequential writes: the file bypasses the page cache
+  // (O_DIRECT) where the file system allows it, and falls back to buffered writes
+  // where it does not (tmpfs). Appends of any size and alignment work; a 4 KiB-aligned
+  // append starting at a 4 KiB-aligned file offset is written straight from the
+  // caller's memory. Sync semantics are those of WritableFile.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) {
+    return NewWritableFile(path);
+  }
 
   // ALREADY_EXISTS if it exists (as anything).
   virtual absl::Status CreateDir(const std::string& path, uint32_t mode) = 0;

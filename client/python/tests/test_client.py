@@ -131,3 +131,22 @@ def test_errors_carry_the_grpc_status(job):
     with pytest.raises(ckptd.Error) as e:
         ckptd.Client(os.path.join(job.dir, "no.sock"), timeout=0.5)
     assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_next_step_stages_while_the_previous_one_commits(job):
+    """Save returns once staged, so a trainer may save S+1 before S is durable; both
+    commit, in order, and the state file names the newest."""
+    clients = [job.client(t) for t in range(2)]
+    for step in (1, 2, 3):
+        for t, c in enumerate(clients):
+            c.save("overlap", step, {"v": np.full(1000, step, np.int32)}, trainer_id=t, trainer_count=2)
+    for step in (3, 1, 2):
+        clients[0].wait("overlap", step)
+    assert [c["step"] for c in clients[1].list_checkpoints("overlap")] == ["1", "2", "3"]
+    state = open(os.path.join(job.root, "overlap", "checkpoint")).read()
+    assert state.splitlines()[0] == 'model_checkpoint_path: "step-00000003/ckpt"'
+    for step in (1, 2, 3):
+        out = clients[1].restore("overlap", step, {"v": (None, None, None)})
+        assert np.array_equal(out["v"], np.full(1000, step, np.int32))
+    for c in clients:
+        c.close()

@@ -539,16 +539,36 @@ absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char*
                                                  DataTypeName(info.dtype), ", which restore does not support"));
   }
   int64_t covered = 0;
-  std::string buffer;
+  // Page-aligned, so that large reads can bypass the page cache.
+  std::unique_ptr<char, decltype(&std::free)> buffer(nullptr, &std::free);
+  size_t buffer_size = 0;
   for (const SavedPiece& piece : info.pieces) {
     // A piece equal to the request is read straight into place.
     if (piece.box == box) return ReadEntry(piece.key, piece.entry, dst);
     std::optional<Box> common = Intersect(piece.box, box);
     if (!common.has_value()) continue;
     RETURN_IF_ERROR(CheckEntryRange(piece.key, piece.entry));
-    buffer.resize(static_cast<size_t>(piece.entry.size()));
-    RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, buffer.data()));
-    CopyRegion(*common, piece.box, buffer.data(), box, dst, element_size);
+    // A piece that is one contiguous run of the request is read straight into place
+    // too (e.g. row blocks of a row-resharded tensor).
+    if (*common == piece.box) {
+      if (std::optional<int64_t> at = ContiguousOffset(piece.box, box); at.has_value()) {
+        RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, dst + *at * static_cast<int64_t>(element_size)));
+        covered += common->NumElements();
+        continue;
+      }
+    }
+    const size_t size = static_cast<size_t>(piece.entry.size());
+    if (size > buffer_size) {
+      void* p = nullptr;
+      if (posix_memalign(&p, 4096, std::max<size_t>(size, 1)) != 0) {
+        return absl::ResourceExhaustedError(absl::StrCat("tensor '", info.name, "': no memory to read ", size,
+                                                         " bytes"));
+      }
+      buffer.reset(static_cast<char*>(p));
+      buffer_size = size;
+    }
+    RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, buffer.get()));
+    CopyRegion(*common, piece.box, buffer.get(), box, dst, element_size);
     covered += common->NumElements();
   }
   if (covered != box.NumElements()) {

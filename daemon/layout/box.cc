@@ -79,6 +79,26 @@ absl::Status CheckBoxInShape(const Box& box, const Shape& shape) {
   return absl::OkStatus();
 }
 
+std::optional<int64_t> ContiguousOffset(const Box& inner, const Box& outer) {
+  if (inner.rank() != outer.rank()) return std::nullopt;
+  const size_t rank = inner.rank();
+  // Contiguous: below some dimension k every length is 1, above it every dimension is
+  // whole in `outer`; dimension k itself may be any part.
+  size_t k = 0;
+  while (k < rank && inner.length[k] == 1) ++k;
+  for (size_t d = k + 1; d < rank; ++d) {
+    if (inner.start[d] != outer.start[d] || inner.length[d] != outer.length[d]) return std::nullopt;
+  }
+  int64_t offset = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    if (inner.start[d] < outer.start[d] || inner.start[d] + inner.length[d] > outer.start[d] + outer.length[d]) {
+      return std::nullopt;
+    }
+    offset = offset * outer.length[d] + (inner.start[d] - outer.start[d]);
+  }
+  return offset;
+}
+
 std::optional<Box> Intersect(const Box& a, const Box& b) {
   if (a.rank() != b.rank()) return std::nullopt;
   Box out;

@@ -55,6 +55,12 @@ std::optional<Box> Intersect(const Box& a, const Box& b);
 absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape,
                          const std::string& what);
 
+// When the row-major elements of `inner` (a box inside `outer`) form one contiguous
+// run of a row-major buffer holding `outer`, the element index where that run starts;
+// otherwise nullopt. Lets a reader fill such a region with one read instead of a read
+// into a temporary buffer and a strided copy.
+std::optional<int64_t> ContiguousOffset(const Box& inner, const Box& outer);
+
 // Copies the elements of `region` (inside both src_box and dst_box) from a row-major
 // buffer holding src_box to one holding dst_box.
 void CopyRegion(const Box& region, const Box& src_box, const char* src,

@@ -58,6 +58,39 @@ TEST(BoxTest, SliceString) {
 
 // Assembles a 3-D tensor from four boxes and reads back an arbitrary box spanning
 // all of them; compares with the element values computed directly.
+// Against brute force: every sub-box of a 3x4x5 box at offset (1,2,3); contiguous
+// exactly when its elements' row-major indices in the outer box are consecutive.
+TEST(BoxTest, ContiguousOffsetMatchesBruteForce) {
+  const Box outer{{1, 2, 3}, {3, 4, 5}};
+  int contiguous = 0, checked = 0;
+  for (int64_t s0 = 0; s0 < 3; ++s0)
+    for (int64_t l0 = 1; s0 + l0 <= 3; ++l0)
+      for (int64_t s1 = 0; s1 < 4; ++s1)
+        for (int64_t l1 = 1; s1 + l1 <= 4; ++l1)
+          for (int64_t s2 = 0; s2 < 5; ++s2)
+            for (int64_t l2 = 1; s2 + l2 <= 5; ++l2) {
+              const Box inner{{1 + s0, 2 + s1, 3 + s2}, {l0, l1, l2}};
+              std::vector<int64_t> indices;
+              for (int64_t i = s0; i < s0 + l0; ++i)
+                for (int64_t j = s1; j < s1 + l1; ++j)
+                  for (int64_t k = s2; k < s2 + l2; ++k) indices.push_back((i * 4 + j) * 5 + k);
+              const bool consecutive = indices.back() - indices.front() + 1 == static_cast<int64_t>(indices.size());
+              std::optional<int64_t> got = ContiguousOffset(inner, outer);
+              ASSERT_EQ(got.has_value(), consecutive) << inner.ToString();
+              if (got.has_value()) {
+                EXPECT_EQ(*got, indices.front()) << inner.ToString();
+                ++contiguous;
+              }
+              ++checked;
+            }
+  EXPECT_GT(contiguous, 0);
+  EXPECT_LT(contiguous, checked);
+  // Not inside, or of another rank: never.
+  EXPECT_FALSE(ContiguousOffset(Box{{0, 2, 3}, {1, 4, 5}}, outer).has_value());
+  EXPECT_FALSE(ContiguousOffset(Box{{1, 2}, {1, 4}}, outer).has_value());
+  EXPECT_EQ(ContiguousOffset(Box{{}, {}}, Box{{}, {}}), std::optional<int64_t>(0));
+}
+
 TEST(BoxTest, CopyRegionAssemblesAcrossBoxes) {
   const Shape shape{4, 6, 5};
   auto value = [&](int64_t i, int64_t j, int64_t k) { return static_cast<int32_t>(i * 100 + j * 10 + k); };

@@ -1,9 +1,12 @@
 // NewDirectWritableFile: any mix of aligned and unaligned appends lands byte for byte,
-// with O_DIRECT (a disk file system) and without (tmpfs), through both file systems.
+// with O_DIRECT (a disk file system) and without (tmpfs), through both file systems;
+// and reads of any range return the same bytes on either read path.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <tuple>
 
 #include "daemon/io/file_system.h"
 #include "tests/common/temp_dir.h"
@@ -20,6 +23,26 @@ struct Aligned {
   ~Aligned() { std::free(data); }
   char* data;
 };
+
+// Reads ranges that do and do not qualify for the O_DIRECT read path (aligned offset,
+// aligned destination, at least 256 KiB, whole blocks or with a tail).
+void ReadRangesAndCheck(FileSystem* fs, const std::string& path, const std::string& expected) {
+  auto file = fs->NewRandomAccessFile(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Aligned dst((16 << 20) + 4096);
+  const std::vector<std::tuple<uint64_t, size_t, size_t>> reads = {  // offset, size, dst offset
+      {0, 1 << 20, 0},           {4096, (5 << 20) + 123, 0}, {8192, 300 << 10, 1},
+      {7, 1 << 20, 0},           {0, 100, 0},                {4096 * 5, 16 << 20, 4096},
+      {0, expected.size(), 0}};
+  for (const auto& [offset, size, at] : reads) {
+    if (offset + size > expected.size() || at + size > (16u << 20) + 4096) continue;
+    std::memset(dst.data + at, 0, size);
+    ASSERT_TRUE((*file)->Read(offset, size, dst.data + at).ok()) << offset << "+" << size;
+    EXPECT_EQ(std::memcmp(dst.data + at, expected.data() + offset, size), 0) << offset << "+" << size;
+  }
+  // Past the end is refused, not short.
+  EXPECT_TRUE(absl::IsOutOfRange((*file)->Read(expected.size() - 10, 4096, dst.data)));
+}
 
 void WriteMixAndCheck(FileSystem* fs, const std::string& path) {
   Aligned big(24 << 20);
@@ -42,6 +65,7 @@ void WriteMixAndCheck(FileSystem* fs, const std::string& path) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), expected.size());
   EXPECT_TRUE(*got == expected);
+  ReadRangesAndCheck(fs, path, expected);
 }
 
 TEST(DirectWritableFileTest, DiskFileSystem) {

@@ -1,0 +1,274 @@
+// ckptd-bench: the measurements behind scripts/bench.sh. Three modes:
+//
+//   raw      --dir D --bytes B --files N   O_DIRECT sequential write (+fdatasync) and read
+//            of B bytes split over N concurrent files, and memcpy of B bytes into
+//            reused memory: the baselines ckptd is held against.
+//   save     --socket T --bytes B          under mpirun, one process per trainer: each
+//            trainer saves its row slab of 8 float32 tensors (B bytes in all), then
+//            restores it, then restores a different cut (reshard), over shared memory and
+//            over the gRPC stream.
+//   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
+//            tensors of 1 KiB each.
+//
+// Prints one JSON object (from rank 0). Not a test: numbers vary with the machine.
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "ckptd/client.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+char* AlignedAlloc(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, n) != 0) {
+    std::cerr << "out of memory" << std::endl;
+    std::abort();
+  }
+  std::memset(p, 1, n);  // pre-fault: the baselines measure copies, not page faults
+  return static_cast<char*>(p);
+}
+
+int Fail(const std::string& what) {
+  std::cerr << "ckptd-bench: " << what << std::endl;
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  return 2;
+}
+
+// --- raw baselines ------------------------------------------------------------------
+
+json Raw(const std::string& dir, int64_t bytes, int files) {
+  constexpr size_t kBlock = 8 << 20;
+  const int64_t per_file = bytes / files / kBlock * kBlock;
+  std::vector<char*> buffers;
+  for (int f = 0; f < files; ++f) buffers.push_back(AlignedAlloc(kBlock));
+  auto run = [&](bool write) {
+    std::vector<std::thread> threads;
+    const absl::Time start = absl::Now();
+    for (int f = 0; f < files; ++f) {
+      threads.emplace_back([&, f] {
+        const std::string path = absl::StrCat(dir, "/raw-", f);
+        int fd = ::open(path.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
+        if (fd < 0) fd = ::open(path.c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0644);
+        for (int64_t off = 0; off < per_file; off += kBlock) {
+          const ssize_t n = write ? ::pwrite(fd, buffers[f], kBlock, off) : ::pread(fd, buffers[f], kBlock, off);
+          if (n != static_cast<ssize_t>(kBlock)) std::abort();
+        }
+        if (write) ::fdatasync(fd);
+        ::close(fd);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return static_cast<double>(per_file * files) / Seconds(start) / 1e9;
+  };
+  const double write_gbps = run(true);
+  const double read_gbps = run(false);
+  for (int f = 0; f < files; ++f) {
+    ::unlink(absl::StrCat(dir, "/raw-", f).c_str());
+    std::free(buffers[f]);
+  }
+  char* src = AlignedAlloc(static_cast<size_t>(bytes));
+  char* dst = AlignedAlloc(static_cast<size_t>(bytes));
+  const absl::Time start = absl::Now();
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  const double memcpy_seconds = Seconds(start);
+  std::free(src);
+  std::free(dst);
+  return {{"raw_write_gbps", write_gbps}, {"raw_read_gbps", read_gbps},
+          {"memcpy_gbps", static_cast<double>(bytes) / memcpy_seconds / 1e9}, {"memcpy_s", memcpy_seconds}};
+}
+
+// --- the ckptd path -------------------------------------------------------------------
+
+constexpr int kTensors = 8;
+
+struct Model {
+  int64_t rows = 0, cols = 0;  // of each tensor; this trainer holds rows [rows/T*t, ...)
+  std::vector<char*> slabs;    // this trainer's slab of each tensor
+  int64_t slab_bytes = 0;
+};
+
+double MaxOver(double local) {
+  double out = 0;
+  MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+json Save(const std::string& socket_template, int64_t bytes, int daemons) {
+  int rank = 0, trainers = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &trainers);
+  const std::string address =
+      absl::StrReplaceAll(socket_template, {{"{rank}", std::to_string(rank * daemons / trainers)}});
+  auto client = ckptd::Client::Connect(address, absl::Seconds(60));
+  if (!client.ok()) Fail(std::string(client.status().message()));
+  Model m;
+  m.cols = 1024;
+  m.rows = bytes / kTensors / (m.cols * 4) / (2 * trainers) * (2 * trainers);
+  m.slab_bytes = m.rows / trainers * m.cols * 4;
+  for (int i = 0; i < kTensors; ++i) m.slabs.push_back(AlignedAlloc(static_cast<size_t>(m.slab_bytes)));
+  const int64_t total = m.slab_bytes * kTensors * trainers;
+  auto shards = [&](int64_t step) {
+    std::vector<ckptd::TensorShard> out;
+    for (int i = 0; i < kTensors; ++i) {
+      std::memset(m.slabs[i], static_cast<int>(step + i), 64);  // contents change per step
+      out.push_back({absl::StrCat("layer", i, "/kernel"), ckptd::kDtFloat, {m.rows, m.cols},
+                     {m.rows / trainers * rank, 0}, {m.rows / trainers, m.cols}, m.slabs[i],
+                     static_cast<size_t>(m.slab_bytes)});
+    }
+    return out;
+  };
+  // One save: returns (this trainer's stall, save-to-durable seconds over all trainers).
+  auto save = [&](int64_t step, ckptd::Transport transport) {
+    ckptd::SaveOptions options;
+    options.transport = transport;
+    const std::vector<ckptd::TensorShard> s = shards(step);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const absl::Time start = absl::Now();
+    auto saved = (*client)->Save("bench", step, rank, trainers, s, options);
+    const double stall = Seconds(start);
+    if (!saved.ok()) Fail(std::string(saved.status().message()));
+    if (absl::Status w = (*client)->Wait("bench", step); !w.ok()) Fail(std::string(w.message()));
+    const double durable = Seconds(start);
+    return std::make_pair(MaxOver(stall), MaxOver(durable));
+  };
+  // Restores every tensor's box (start row, rows) into reused buffers.
+  std::vector<char*> targets;
+  for (int i = 0; i < kTensors; ++i) {
+    // A trainer restores into memory it already uses: touched before timing.
+    targets.push_back(AlignedAlloc(static_cast<size_t>(m.slab_bytes * 2)));
+    std::memset(targets.back(), 0, static_cast<size_t>(m.slab_bytes * 2));
+  }
+  auto restore = [&](int64_t step, int64_t first_row, int64_t rows) {
+    std::vector<ckptd::RestoreTarget> t;
+    for (int i = 0; i < kTensors; ++i) {
+      t.push_back({absl::StrCat("layer", i, "/kernel"), 0, {}, {first_row, 0}, {rows, m.cols}, targets[i],
+                   static_cast<size_t>(rows * m.cols * 4)});
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const absl::Time start = absl::Now();
+    auto restored = (*client)->Restore("bench", step, t);
+    if (!restored.ok()) Fail(std::string(restored.status().message()));
+    return MaxOver(Seconds(start));
+  };
+  const int64_t slab_rows = m.rows / trainers;
+  auto [cold_stall, cold_durable] = save(1, ckptd::Transport::kAuto);  // first touch of segments and pools
+  auto [stall, durable] = save(2, ckptd::Transport::kAuto);
+  save(3, ckptd::Transport::kStream);  // the stream path's first use, like step 1
+  auto [grpc_stall, grpc_durable] = save(4, ckptd::Transport::kStream);
+  // Each restore runs twice: the first also pays for first touch of the client's
+  // segment (page faults), which a trainer pays once per process; the second is the
+  // steady state and is the one compared with the raw read.
+  const double cold_restore_s = restore(2, slab_rows * rank, slab_rows);
+  const double restore_s = restore(2, slab_rows * rank, slab_rows);
+  // Reshard: two row halves instead of `trainers` slabs; trainers t and t+2 share one.
+  const double cold_reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2);
+  const double reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2);
+  for (char* p : m.slabs) std::free(p);
+  for (char* p : targets) std::free(p);
+  const double gb = static_cast<double>(total) / 1e9;
+  return {{"bytes", total},
+          {"trainers", trainers},
+          {"daemons", daemons},
+          {"stall_s", stall},
+          {"cold_stall_s", cold_stall},
+          {"save_s", durable},
+          {"save_gbps", gb / durable},
+          {"cold_save_gbps", gb / cold_durable},
+          {"grpc_stall_s", grpc_stall},
+          {"grpc_save_gbps", gb / grpc_durable},
+          {"restore_s", restore_s},
+          {"cold_restore_gbps", gb / cold_restore_s},
+          {"cold_reshard_restore_gbps", 2 * gb / cold_reshard_s},
+          {"restore_gbps", gb / restore_s},
+          {"reshard_restore_s", reshard_s},
+          // Every trainer receives half of every tensor: twice the checkpoint's bytes.
+          {"reshard_restore_gbps", 2 * gb / reshard_s}};
+}
+
+json Metadata(const std::string& socket_template, const std::vector<int64_t>& counts) {
+  auto client = ckptd::Client::Connect(absl::StrReplaceAll(socket_template, {{"{rank}", "0"}}), absl::Seconds(60));
+  if (!client.ok()) Fail(std::string(client.status().message()));
+  json out = json::array();
+  std::vector<char> data(1024, 7);
+  int64_t step = 100;
+  for (int64_t n : counts) {
+    std::vector<ckptd::TensorShard> shards;
+    std::vector<std::string> names;
+    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("t", i));
+    std::vector<std::vector<char>> back(static_cast<size_t>(n), std::vector<char>(1024));
+    std::vector<ckptd::RestoreTarget> targets;
+    for (int64_t i = 0; i < n; ++i) {
+      shards.push_back({names[i], ckptd::kDtUint8, {1024}, {}, {}, data.data(), data.size()});
+      targets.push_back({names[i], 0, {}, {}, {}, back[i].data(), back[i].size()});
+    }
+    ++step;
+    absl::Time start = absl::Now();
+    auto saved = (*client)->Save("meta", step, 0, 1, shards);
+    if (!saved.ok()) Fail(std::string(saved.status().message()));
+    const double save_s = Seconds(start);
+    if (absl::Status w = (*client)->Wait("meta", step); !w.ok()) Fail(std::string(w.message()));
+    const double commit_s = Seconds(start) - save_s;
+    start = absl::Now();
+    auto restored = (*client)->Restore("meta", step, targets);
+    if (!restored.ok()) Fail(std::string(restored.status().message()));
+    const double restore_s = Seconds(start);
+    out.push_back({{"tensors", n}, {"save_s", save_s}, {"commit_s", commit_s}, {"restore_s", restore_s},
+                   {"total_s", save_s + commit_s + restore_s}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  CLI::App app{"ckptd-bench: baselines and ckptd measurements for scripts/bench.sh"};
+  std::string mode, dir, socket, counts_text = "1000,10000,100000";
+  int64_t bytes = int64_t{2} << 30;
+  int files = 2, daemons = 2;
+  app.add_option("MODE", mode, "raw, save or metadata")->required()->check(CLI::IsMember({"raw", "save", "metadata"}));
+  app.add_option("--dir", dir, "raw: directory for the baseline files");
+  app.add_option("--bytes", bytes, "bytes in all");
+  app.add_option("--files", files, "raw: concurrent files");
+  app.add_option("--socket", socket, "daemon socket template, {rank} = daemon rank");
+  app.add_option("--daemons", daemons, "save: daemons in the job (trainers spread evenly)");
+  app.add_option("--counts", counts_text, "metadata: tensor counts");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    MPI_Finalize();
+    return code;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  json out;
+  if (mode == "raw") {
+    out = Raw(dir, bytes, files);
+  } else if (mode == "save") {
+    out = Save(socket, bytes, daemons);
+  } else {
+    std::vector<int64_t> counts;
+    for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));
+    out = Metadata(socket, counts);
+  }
+  if (rank == 0) std::cout << out.dump() << std::endl;
+  MPI_Finalize();
+  return 0;
+}

@@ -36,6 +36,12 @@ void SetBox(v1::Box* box, const std::vector<int64_t>& start, const std::vector<i
   box->mutable_length()->Add(length.begin(), length.end());
 }
 
+void SetDeviceMemory(v1::DeviceMemory* out, const DeviceMemory& in) {
+  out->set_ipc_handle(in.ipc_handle);
+  out->set_offset(in.offset);
+  out->set_device_uuid(in.device_uuid);
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -205,7 +211,11 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
       pieces.insert(pieces.end(), s.device_data.begin(), s.device_data.end());
     } else {
       if (!s.box_start.empty() || !s.box_length.empty()) SetBox(d->mutable_box(), s.box_start, s.box_length);
-      pieces.emplace_back(s.data, s.size);
+      if (s.device_memory.has_value()) {
+        SetDeviceMemory(d->mutable_device_memory(), *s.device_memory);
+      } else {
+        pieces.emplace_back(s.data, s.size);
+      }
     }
   }
   if (UseSharedMemory(options.transport)) {
@@ -348,7 +358,12 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
       pieces.push_back(t.device_data);
     } else {
       if (!t.box_start.empty() || !t.box_length.empty()) SetBox(r->mutable_box(), t.box_start, t.box_length);
-      pieces.push_back({{t.data, t.size}});
+      if (t.device_memory.has_value()) {
+        SetDeviceMemory(r->mutable_device_memory(), *t.device_memory);
+        pieces.emplace_back();  // nothing arrives here: the daemon writes to the device
+      } else {
+        pieces.push_back({{t.data, t.size}});
+      }
     }
     size_t total = 0;
     for (const auto& piece : pieces.back()) total += piece.second;
@@ -389,11 +404,18 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
                                            const std::vector<RestoreTarget>& targets,
                                            const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
                                            const std::vector<size_t>& capacity, const RestoreOptions& options) {
-  // The daemon lays tensors out consecutively with 64-byte-aligned starts.
+  // The daemon lays tensors out consecutively; starts are 64-byte aligned, 4 KiB
+  // aligned for tensors of 1 MiB or more (see RestoreHeader.shared_memory_offsets).
   std::vector<int64_t> offsets;
   size_t total = 0;
-  for (size_t c : capacity) {
-    total = (total + 63) / 64 * 64;
+  for (size_t i = 0; i < capacity.size(); ++i) {
+    if (request.tensors(static_cast<int>(i)).has_device_memory()) {
+      offsets.push_back(-1);
+      continue;
+    }
+    const size_t c = capacity[i];
+    const size_t align = c >= (1 << 20) ? 4096 : 64;
+    total = (total + align - 1) / align * align;
     offsets.push_back(static_cast<int64_t>(total));
     total += c;
   }
@@ -444,6 +466,7 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
                                                      " (a target's size differs from its box)"));
     }
     for (size_t i = 0; i < targets.size(); ++i) {
+      if (offsets[i] < 0) continue;
       Scatter(pieces[i], 0, segment->data() + offsets[i], capacity[i]);
       received[i] = capacity[i];
     }

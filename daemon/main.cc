@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   ckptd::ServiceContext context{rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes),
                                 config.max_tensors_per_request, config.max_request_bytes, ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
+  spdlog::info("device memory: {}", service.DeviceDescription());
   grpc::ServerBuilder builder;
   int tcp_port = 0;
   if (!config.tcp_address.empty()) {

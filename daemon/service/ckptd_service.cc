@@ -73,13 +73,23 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   const StepKey key{header.run(), header.step()};
   // A segment that cannot be mapped is refused before the step counts on this
   // trainer, so a client can fall back to streaming.
+  // Refused before the step counts, so the trainer can send host memory instead.
+  int64_t on_device = 0;
+  bool any_on_device = false;
+  for (const CheckedTensor& t : tensors) {
+    if (!t.device_memory.has_value()) continue;
+    on_device += t.bytes;
+    any_on_device = true;
+  }
+  if (any_on_device) RETURN_IF_ERROR(device_->Available());
   std::shared_ptr<SharedSegment> mapped;
   if (header.has_shared_memory()) {
     ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(ctx->peer()));
     const v1::SharedMemory& shm = header.shared_memory();
-    if (shm.size() != declared) {
+    if (shm.size() != declared - on_device) {
       return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
-                                                     " bytes, but the descriptors need ", declared));
+                                                     " bytes, but the descriptors need ", declared - on_device,
+                                                     " (tensors in device memory excluded)"));
     }
     ASSIGN_OR_RETURN(mapped,
                      SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead));
@@ -109,6 +119,8 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
   // When staging memory is full, wait for room as long as the caller's deadline allows.
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
   // One segment per box, in stream order: a tensor's box, or each of its device boxes.
+  // Tensors in device memory are not in the stream or segment: they are copied after
+  // it, so a trainer streaming host tensors is not held up by device copies.
   struct Segment {
     size_t tensor;
     Box box;
@@ -116,11 +128,16 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
     StagedBuffer buffer;
   };
   std::vector<Segment> segments;
+  std::vector<Segment> device_segments;
   int64_t expected = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
+    if (tensors[i].device_memory.has_value()) {
+      device_segments.push_back({i, tensors[i].boxes[0], tensors[i].bytes, {}});
+      continue;
+    }
     if (tensors[i].bytes > INT64_MAX - expected) return absl::InvalidArgumentError("tensors: total bytes overflow");
     expected += tensors[i].bytes;
-    const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
     for (const Box& box : tensors[i].boxes) segments.push_back({i, box, box.NumElements() * element_size, {}});
   }
   if (mapped != nullptr) {
@@ -172,6 +189,15 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
                                                      expected, " (box elements x dtype size, summed)"));
     }
+  }
+
+  for (Segment& seg : device_segments) {
+    ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
+    const CheckedTensor& t = tensors[seg.tensor];
+    if (absl::Status s = device_->CopyToHost(*t.device_memory, seg.buffer); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("tensor '", t.name, "': ", s.message()));
+    }
+    segments.push_back(std::move(seg));
   }
 
   TrainerPayload payload;
@@ -251,13 +277,13 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
 grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
                                    grpc::ServerWriter<v1::RestoreResponse>* writer) {
   absl::Status s = peers_->Check(ctx->peer());
-  if (s.ok()) s = DoRestore(*request, ctx->peer(), writer);
+  if (s.ok()) s = DoRestore(*request, ctx->peer(), absl::FromChrono(ctx->deadline()), writer);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", ctx->peer(), std::string(s.message()));
   return ToGrpcStatus(s);
 }
 
 absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const std::string& peer,
-                                     grpc::ServerWriter<v1::RestoreResponse>* writer) {
+                                     absl::Time deadline, grpc::ServerWriter<v1::RestoreResponse>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
   int64_t step = request.step();
@@ -311,6 +337,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
     int dtype;               // as the caller wants it
     std::vector<Box> boxes;  // concatenated in the reply
     int64_t bytes = 0;
+    std::optional<DeviceMemoryRef> device;  // deliver there instead of in the reply
   };
   std::vector<Planned> planned;
   v1::RestoreResponse header_message;
@@ -335,7 +362,15 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
       return absl::InvalidArgumentError(absl::StrCat(field, ".shape: tensor '", want.name(),
                                                      "' has a different stored shape"));
     }
-    Planned p{std::move(info), dtype, {}, 0};
+    Planned p{std::move(info), dtype, {}, 0, std::nullopt};
+    if (want.has_device_memory()) {
+      if (want.has_layout()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
+                                                       "ask for one tensor per device box"));
+      }
+      ASSIGN_OR_RETURN(p.device, CheckDeviceMemory(want.device_memory(), field + ".device_memory"));
+      RETURN_IF_ERROR(device_->Available());
+    }
     // Sizes in an index are claims: check them against the data files before
     // allocating anything they imply.
     if (want.has_layout()) {
@@ -378,10 +413,15 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
     }
   }
 
-  // Shared-memory layout: consecutive, 64-byte-aligned starts, in request order.
+  // Shared-memory layout: consecutive, in request order; see SharedMemoryAlignment.
   int64_t shm_bytes = 0;
   for (const Planned& p : planned) {
-    shm_bytes = (shm_bytes + 63) / 64 * 64;
+    if (p.device.has_value()) {  // delivered to device memory, no room here
+      header->add_shared_memory_offsets(-1);
+      continue;
+    }
+    const int64_t align = p.bytes >= (1 << 20) ? 4096 : 64;
+    shm_bytes = (shm_bytes + align - 1) / align * align;
     header->add_shared_memory_offsets(shm_bytes);
     shm_bytes += p.bytes;
   }
@@ -410,10 +450,14 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   };
   std::vector<Read> reads;
   std::vector<std::string> buffers(planned.size());
+  std::vector<StagedBuffer> device_buffers(planned.size());  // staged on the way to device memory
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
     char* out = nullptr;
-    if (mapped != nullptr) {
+    if (p.device.has_value()) {
+      ASSIGN_OR_RETURN(device_buffers[i], staging_->Allocate(p.bytes, deadline));
+      out = device_buffers[i].data();
+    } else if (mapped != nullptr) {
       out = mapped->data() + header->shared_memory_offsets(static_cast<int>(i));
     } else {
       buffers[i].resize(static_cast<size_t>(p.bytes));
@@ -448,6 +492,13 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   read_boxes();
   for (std::thread& t : readers) t.join();
   for (const absl::Status& failure : failures) RETURN_IF_ERROR(failure);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (!planned[i].device.has_value()) continue;
+    if (absl::Status s = device_->CopyToDevice(device_buffers[i], *planned[i].device); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("tensor '", planned[i].info.name, "': ", s.message()));
+    }
+    device_buffers[i] = StagedBuffer();
+  }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
   for (size_t i = 0; i < buffers.size(); ++i) {
     for (size_t off = 0; off < buffers[i].size(); off += kMaxChunkBytes) {
@@ -532,6 +583,12 @@ v1::StatusResponse CkptdService::LocalStatus() const {
   response->set_bytes_written(registry_->bytes_written());
   response->set_bytes_in_flight(registry_->bytes_in_flight());
   response->set_pooled_bytes(staging_->pooled_bytes());
+  const DeviceStager::Totals device = device_->CopyTotals();
+  response->set_device_to_host_bytes(device.to_host_bytes);
+  response->set_device_to_host_seconds(device.to_host_seconds);
+  response->set_host_to_device_bytes(device.to_device_bytes);
+  response->set_host_to_device_seconds(device.to_device_seconds);
+  response->set_device_memory(device_->Describe());
   const std::map<std::string, StepRegistry::CommitTiming> timings = registry_->LastCommitTimings();
   for (v1::RunStatus& rs : *response->mutable_runs()) {
     auto it = timings.find(rs.run());

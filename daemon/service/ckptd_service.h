@@ -6,6 +6,7 @@
 #define CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "ckptd/v1/ckptd.grpc.pb.h"
@@ -13,6 +14,7 @@
 #include "daemon/coord/step_registry.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/validation.h"
+#include "daemon/staging/device_stager.h"
 #include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
 
@@ -35,7 +37,15 @@ class CkptdService final
  public:
   CkptdService(ServiceContext context, StepRegistry* registry, CheckpointStore* store, StagingArea* staging,
                const PeerTable* peers)
-      : context_(std::move(context)), registry_(registry), store_(store), staging_(staging), peers_(peers) {}
+      : context_(std::move(context)),
+        registry_(registry),
+        store_(store),
+        staging_(staging),
+        peers_(peers),
+        device_(DeviceStager::Create()) {}
+
+  // What device memory this daemon can take (for the start-up log).
+  std::string DeviceDescription() const { return device_->Describe(); }
 
   void set_tcp_address(const std::string& address) { context_.tcp_address = address; }
 
@@ -66,7 +76,7 @@ class CkptdService final
                                              const v1::SaveHeader& header, const Placement& placement,
                                              const std::vector<CheckedTensor>& tensors,
                                              const std::shared_ptr<SharedSegment>& mapped);
-  absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer,
+  absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer, absl::Time deadline,
                          grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;
@@ -74,6 +84,7 @@ class CkptdService final
   CheckpointStore* store_;
   StagingArea* staging_;
   const PeerTable* peers_;
+  std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
 };
 

@@ -138,6 +138,13 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
       }
       c.boxes.push_back(std::move(box));
     }
+    if (t.has_device_memory()) {
+      if (c.has_layout) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
+                                                       "send one tensor per device box"));
+      }
+      ASSIGN_OR_RETURN(c.device_memory, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
+    }
     const int64_t element_size = static_cast<int64_t>(DataTypeSize(c.dtype));
     for (const Box& box : c.boxes) {
       if (box.NumElements() > (INT64_MAX - c.bytes) / element_size) {
@@ -148,6 +155,19 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
     out->push_back(std::move(c));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory, const std::string& field) {
+  if (memory.ipc_handle().size() != DeviceMemoryRef::kHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".ipc_handle: ", memory.ipc_handle().size(),
+                                                   " bytes; a CUDA IPC handle has ", DeviceMemoryRef::kHandleBytes));
+  }
+  if (memory.device_uuid().size() != DeviceMemoryRef::kUuidBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".device_uuid: ", memory.device_uuid().size(),
+                                                   " bytes; a CUDA device UUID has ", DeviceMemoryRef::kUuidBytes));
+  }
+  if (memory.offset() < 0) return absl::InvalidArgumentError(absl::StrCat(field, ".offset: negative"));
+  return DeviceMemoryRef{memory.ipc_handle(), memory.offset(), memory.device_uuid()};
 }
 
 }  // namespace ckptd

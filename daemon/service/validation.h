@@ -3,14 +3,16 @@
 #ifndef CKPTD_DAEMON_SERVICE_VALIDATION_H_
 #define CKPTD_DAEMON_SERVICE_VALIDATION_H_
 
-#include <string>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "ckptd/v1/ckptd.pb.h"
 #include "daemon/layout/box.h"
 #include "daemon/layout/mesh.h"
+#include "daemon/staging/device_stager.h"
 
 namespace ckptd {
 
@@ -48,7 +50,12 @@ struct CheckedTensor {
   bool has_layout = false;
   std::vector<std::string> sharding_specs;
   int64_t bytes = 0;  // all boxes together
+  // Set when the bytes lie in the trainer's device memory (never with a layout).
+  std::optional<DeviceMemoryRef> device_memory;
 };
+
+// Checks a DeviceMemory message's shape (handle and UUID sizes, offset >= 0).
+absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory, const std::string& field);
 
 // The boxes of a tensor with a layout, one per device of `placement`.
 absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/staging/device_stager.h"
 
 namespace ckptd {
 namespace {
@@ -16,7 +17,10 @@ int64_t RoundUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignme
 
 }  // namespace
 
-void FreeDeleter::operator()(char* p) const { std::free(p); }
+void FreeDeleter::operator()(char* p) const {
+  internal::ReleasePinnedBeforeFree(p);
+  std::free(p);
+}
 
 StagedBuffer& StagedBuffer::operator=(StagedBuffer&& other) noexcept {
   if (this != &other) {

@@ -48,6 +48,8 @@ class StagedBuffer {
   char* data() { return data_; }
   const char* data() const { return data_; }
   int64_t size() const { return size_; }
+  // Bytes owned behind data() (a multiple of 4 KiB); 0 for borrowed memory.
+  int64_t capacity() const { return capacity_; }
   // True when the bytes live in a trainer's shared-memory segment.
   bool borrowed() const { return borrowed_ != nullptr; }
 

@@ -11,6 +11,7 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/coord/checkpoint_store.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace ckptd::testing {
 namespace {
@@ -71,23 +72,11 @@ absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run
   return out;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ClusterFixture {
  protected:
-  void StartCluster(int ranks) {
-    cluster_ = std::make_unique<Cluster>(ranks);
-    absl::Status s = cluster_->Start();
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  void TearDown() override {
-    if (cluster_ != nullptr) {
-      // SIGTERM to one daemon must stop every rank cleanly: mpirun exits 0.
-      EXPECT_EQ(cluster_->Stop(), 0) << "see " << cluster_->log();
-    }
-  }
   std::string StepDir(const std::string& run, int64_t step) const {
     return CheckpointStore(PosixFileSystem(), cluster_->root()).StepDir(run, step);
   }
-  std::unique_ptr<Cluster> cluster_;
 };
 
 // 4 trainers on 2 daemons (trainer t on daemon t/2): "w" row-sharded over all four,

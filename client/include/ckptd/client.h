@@ -30,6 +30,16 @@ enum ClientDataType : int {
 // One shard a trainer saves: `data` holds the box's elements row-major. With
 // use_layout, the tensor follows a DTensor layout over the options' mesh instead, and
 // device_data holds one buffer per device of options.device_ids, in that order.
+// A tensor's bytes in CUDA device memory, lent to the daemon by a CUDA IPC handle of
+// the allocation's base (see ckptd/cuda.h, ExportDeviceMemory). The daemon must see
+// the device; one built without CUDA, or on a host without a GPU, refuses with
+// UNIMPLEMENTED or FAILED_PRECONDITION before the step counts.
+struct DeviceMemory {
+  std::string ipc_handle;   // cudaIpcMemHandle_t, 64 bytes
+  int64_t offset = 0;       // of the tensor's bytes in the allocation
+  std::string device_uuid;  // cudaDeviceProp.uuid, 16 bytes
+};
+
 struct TensorShard {
   std::string name;
   int dtype = kDtFloat;
@@ -41,6 +51,8 @@ struct TensorShard {
   bool use_layout = false;
   std::vector<std::string> sharding_specs;  // per dimension: a mesh dimension or "unsharded"
   std::vector<std::pair<const void*, size_t>> device_data;
+  // Instead of data/size: the box's bytes lie in device memory (not with use_layout).
+  std::optional<DeviceMemory> device_memory;
 };
 
 // Where a restored box goes. dtype 0 and an empty shape skip those checks; a dtype
@@ -57,6 +69,8 @@ struct RestoreTarget {
   bool use_layout = false;
   std::vector<std::string> sharding_specs;
   std::vector<std::pair<void*, size_t>> device_data;
+  // Instead of data/size: deliver the box's bytes into device memory (not with use_layout).
+  std::optional<DeviceMemory> device_memory;
 };
 
 // How bytes travel between trainer and daemon. kAuto uses shared memory when the

@@ -22,7 +22,6 @@ from ckptd.v1 import ckptd_pb2, ckptd_pb2_grpc
 
 _CHUNK = 4 << 20
 _MAX_MESSAGE = 16 << 20
-_ALIGN = 64
 _MAX_FREE_SEGMENTS = 2
 _MAX_BUSY_SEGMENTS = 4
 

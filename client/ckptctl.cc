@@ -530,7 +530,12 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
           {"bytes_written", s.bytes_written()},
           {"peak_bytes_staged", s.peak_bytes_staged()},
           {"pooled_bytes", s.pooled_bytes()},
-          {"staging_memory_limit", s.staging_memory_limit()}};
+          {"staging_memory_limit", s.staging_memory_limit()},
+          {"device_memory", s.device_memory()},
+          {"device_to_host_bytes", s.device_to_host_bytes()},
+          {"device_to_host_seconds", s.device_to_host_seconds()},
+          {"host_to_device_bytes", s.host_to_device_bytes()},
+          {"host_to_device_seconds", s.host_to_device_seconds()}};
 }
 
 int Status(const DaemonFlags& flags, bool as_json) {

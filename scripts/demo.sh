@@ -65,7 +65,7 @@ build/ckptctl verify "$LATEST"
 
 # Stop: SIGTERM to one daemon stops every rank together; mpirun then exits 0.
 DAEMON_PID=$(build/ckptctl status --address "$WORK/sock/ckptd-0.sock" --json \
-  | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+  | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["ranks"][j["asked_rank"]]["pid"])')
 kill -TERM "$DAEMON_PID"
 wait "$MPIRUN_PID"
 MPIRUN_PID=""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ckptd's benchmark: ckptd against the machine's own limits, measured in one run.
-#   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--no-metadata]
+#   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--no-metadata] [--binaries DIR]
 # Starts 2 daemons and 4 trainers under mpirun with checkpoints in a temp directory
 # under DIR (default /var/tmp, so the same file system as the baselines), and measures:
 #   baselines  raw O_DIRECT sequential write and read of the same bytes over 2
@@ -9,22 +9,27 @@
 #              restore, and the gRPC-stream save beside the shared-memory one
 #   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore
 # Prints a table; --json FILE writes one object with every number and ratio.
+# --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1
+SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE_GIB="$2"; shift 2 ;;
     --dir) DIR="$2"; shift 2 ;;
     --json) JSON_OUT="$2"; shift 2 ;;
     --no-metadata) METADATA=0; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --binaries) BIN="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-bash scripts/build.sh > /dev/null
+if [ -z "$BIN" ]; then
+  bash scripts/build.sh > /dev/null
+  BIN=build
+fi
 BYTES=$(/usr/bin/python3 -c "print(int(float('$SIZE_GIB') * (1 << 30)))")
 WORK="$(mktemp -d "$DIR/ckptd-bench-XXXXXX")"
 SOCK="$WORK/sock/ckptd-{rank}.sock"
@@ -40,33 +45,32 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== baselines: $SIZE_GIB GiB in $WORK" >&2
-if command -v fio > /dev/null; then
+# ckptd-bench measures the baselines (and memcpy) itself; fio, when installed and
+# when it can use O_DIRECT there, replaces its raw disk numbers.
+RAW_TOOL=ckptd-bench
+BASE=$("$BIN/ckptd-bench" raw --dir "$WORK" --bytes "$BYTES" --files 2)
+rm -f "$WORK"/raw.*
+fio_gbps() {  # rw=write|read: GB/s over 2 jobs, O_DIRECT, 8 MiB blocks
+  fio --name=raw --directory="$WORK" --rw="$1" --bs=8M --direct=1 --ioengine=psync --numjobs=2 \
+    --size=$((BYTES / 2)) --end_fsync=1 --group_reporting --output-format=json 2> /dev/null |
+    /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]; print(j['$1']['bw_bytes']/1e9)"
+}
+if command -v fio > /dev/null && RAW_WRITE=$(fio_gbps write) && RAW_READ=$(fio_gbps read); then
   RAW_TOOL=fio
-  fio_gbps() {  # rw=write|read: GB/s over 2 jobs, O_DIRECT, 8 MiB blocks
-    fio --name=raw --directory="$WORK" --rw="$1" --bs=8M --direct=1 --ioengine=psync --numjobs=2 \
-      --size=$((BYTES / 2)) --end_fsync=1 --group_reporting --output-format=json 2> /dev/null |
-      /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]; print(j['$1']['bw_bytes']/1e9)"
-  }
-  RAW_WRITE=$(fio_gbps write)
-  RAW_READ=$(fio_gbps read)
-  rm -f "$WORK"/raw.*
-  BASE=$(build/ckptd-bench raw --dir "$WORK" --bytes "$BYTES" --files 2)
   BASE=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); j['raw_write_gbps']=$RAW_WRITE; j['raw_read_gbps']=$RAW_READ; print(json.dumps(j))" "$BASE")
-else
-  RAW_TOOL=ckptd-bench
-  BASE=$(build/ckptd-bench raw --dir "$WORK" --bytes "$BYTES" --files 2)
 fi
+rm -f "$WORK"/raw.*
 
 echo "== ckptd: 2 daemons, 4 trainers" >&2
-"${MPIRUN[@]}" -np 2 build/ckptd --root "$WORK/root" --socket "$SOCK" --commit-timeout 600s \
+"${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root" --socket "$SOCK" --commit-timeout 600s \
   > "$WORK/daemons.log" 2>&1 &
 MPIRUN_PID=$!
-CKPTD=$("${MPIRUN[@]}" -np 4 build/ckptd-bench save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
+CKPTD=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
   cat "$WORK/daemons.log" >&2; exit 1; }
 META="[]"
 if [ "$METADATA" = 1 ]; then
   echo "== metadata: 1,000 / 10,000 / 100,000 tensors of 1 KiB" >&2
-  META=$(build/ckptd-bench metadata --socket "$SOCK") || { cat "$WORK/daemons.log" >&2; exit 1; }
+  META=$("$BIN/ckptd-bench" metadata --socket "$SOCK") || { cat "$WORK/daemons.log" >&2; exit 1; }
 fi
 
 /usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" <<'EOF'

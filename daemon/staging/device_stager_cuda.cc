@@ -129,7 +129,7 @@ class CudaDeviceStager : public DeviceStager {
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
       available_ = CudaToStatus(e, "device_memory: no usable CUDA device");
-      if (available_.ok() || absl::IsInternal(available_)) {
+      if (absl::IsInternal(available_)) {  // an unexpected code still means "no device"
         available_ = absl::FailedPreconditionError(std::string(available_.message()));
       }
       return;

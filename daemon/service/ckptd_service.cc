@@ -71,9 +71,9 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
   const StepKey key{header.run(), header.step()};
-  // A segment that cannot be mapped is refused before the step counts on this
-  // trainer, so a client can fall back to streaming.
-  // Refused before the step counts, so the trainer can send host memory instead.
+  // Device memory this daemon cannot take, and a segment it cannot map, are refused
+  // before the step counts on this trainer, so a client can fall back to host memory
+  // or to streaming.
   int64_t on_device = 0;
   bool any_on_device = false;
   for (const CheckedTensor& t : tensors) {
@@ -413,7 +413,8 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
     }
   }
 
-  // Shared-memory layout: consecutive, in request order; see SharedMemoryAlignment.
+  // Shared-memory layout as RestoreHeader.shared_memory_offsets documents it (the
+  // client computes the same layout to check the reply).
   int64_t shm_bytes = 0;
   for (const Planned& p : planned) {
     if (p.device.has_value()) {  // delivered to device memory, no room here

@@ -127,6 +127,7 @@ class CudaDeviceStager : public DeviceStager {
  public:
   CudaDeviceStager() {
     int count = 0;
+    std::string first_name;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
       available_ = CudaToStatus(e, "device_memory: no usable CUDA device");
       if (absl::IsInternal(available_)) {  // an unexpected code still means "no device"
@@ -145,19 +146,21 @@ class CudaDeviceStager : public DeviceStager {
         return;
       }
       uuids_.emplace_back(prop.uuid.bytes, sizeof(prop.uuid.bytes));
-      names_.push_back(prop.name);
+      if (i == 0) first_name = prop.name;
     }
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    description_ =
+        absl::StrCat("CUDA runtime ", runtime / 1000, ".", runtime % 1000 / 10, ", driver ", driver / 1000,
+                     ".", driver % 1000 / 10, ", ", count, " device(s), first ", first_name);
   }
 
   absl::Status Available() const override { return available_; }
 
+  // Fixed at start: Status reports it every coordination round.
   std::string Describe() const override {
-    if (!available_.ok()) return absl::StrCat("refused (", available_.message(), ")");
-    int runtime = 0, driver = 0;
-    cudaRuntimeGetVersion(&runtime);
-    cudaDriverGetVersion(&driver);
-    return absl::StrCat("CUDA runtime ", runtime / 1000, ".", runtime % 1000 / 10, ", driver ", driver / 1000,
-                        ".", driver % 1000 / 10, ", ", uuids_.size(), " device(s), first ", names_[0]);
+    return available_.ok() ? description_ : absl::StrCat("refused (", available_.message(), ")");
   }
 
   Totals CopyTotals() const override {
@@ -216,7 +219,7 @@ class CudaDeviceStager : public DeviceStager {
 
   absl::Status available_ = absl::OkStatus();
   std::vector<std::string> uuids_;  // by device ordinal
-  std::vector<std::string> names_;
+  std::string description_;
   mutable std::mutex totals_mu_;
   Totals totals_;
 };

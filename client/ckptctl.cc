@@ -399,8 +399,8 @@ absl::StatusOr<uint32_t> ContentChecksum(BundleReader& reader, const ckptd::Tens
   std::string bytes;
   if (info.dtype == ckptd::kString) {
     bytes.resize(static_cast<size_t>(e.size()));
-    RETURN_IF_ERROR(reader.CheckEntryRange(info.name, e));
-    RETURN_IF_ERROR(reader.ReadEntry(info.name, e, bytes.data()));
+    RETURN_IF_ERROR(reader.CheckEntryRange(info.pieces[0].label, e));
+    RETURN_IF_ERROR(reader.ReadEntry(info.pieces[0].label, e, bytes.data()));
   } else {
     RETURN_IF_ERROR(ReadWhole(reader, info, false, &bytes));
   }

@@ -186,10 +186,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
 
 absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
                                         const std::vector<TensorShard>& shards, const SaveOptions& options) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(options.timeout));
-  v1::SaveResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer(stub_->Save(&ctx, &response));
   v1::SaveRequest message;
   v1::SaveHeader* header = message.mutable_header();
   header->set_run(run);

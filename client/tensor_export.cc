@@ -87,7 +87,7 @@ std::string TensorFileName(absl::string_view name) {
         absl::StrAppendFormat(&out, "%%%02X", static_cast<unsigned char>(c));
       }
     }
-    if (out.empty()) out = "%";  // an empty part: "a//b" keeps its shape, visibly
+    if (out.empty()) out.push_back('%');  // an empty part: "a//b" keeps its shape, visibly
     parts.push_back(std::move(out));
   }
   return absl::StrJoin(parts, "/");

@@ -18,6 +18,7 @@
 #include "daemon/coord/collective.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
+#include "daemon/io/private_dir.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/ckptd_service.h"
 #include "daemon/service/credentials.h"
@@ -26,6 +27,10 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 constexpr int kMaxMessageBytes = 16 << 20;  // a 4 MiB chunk plus framing, with room
+// Exit statuses (docs/operations.md): 0 stopped with every rank; 2 bad flags, config
+// or start-up; 3 coordination failed and the job was aborted; 4 stopped on a signal
+// while some peer rank never joined the stop (dead or stopped).
+constexpr int kExitStoppedAlone = 4;
 
 int Fail(const absl::Status& status) {
   std::cerr << "ckptd: " << status << std::endl;
@@ -88,9 +93,22 @@ int main(int argc, char** argv) {
     spdlog::critical("start-up: {}", std::string(s.message()));
     (*collective)->Abort(2);
   };
-  if (absl::Status s = fs->CreateDirs(config.root, 0755); !s.ok()) fatal(s);
+  gid_t checkpoint_group = ckptd::kNoGroup;
+  if (!config.checkpoint_group.empty()) {
+    absl::StatusOr<gid_t> gid = ckptd::ResolveGroup(config.checkpoint_group);
+    if (!gid.ok()) fatal(gid.status());
+    checkpoint_group = *gid;
+  }
+  // The root is this daemon's own: refused if someone else made it or can write it,
+  // and one daemon per rank and root (a second one would commit into the same steps).
+  if (absl::Status s = ckptd::PreparePrivateDirectory(config.root, checkpoint_group, "root"); !s.ok()) fatal(s);
+  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> root_lock = ckptd::ProcessLock::Acquire(
+      ckptd::JoinPath(config.root, absl::StrCat(".ckptd-rank-", rank, ".lock")),
+      absl::StrCat("checkpoint root ", config.root, " for rank ", rank));
+  if (!root_lock.ok()) fatal(root_lock.status());
   // Every checkpoint file is reached beneath the root, never through a symlink.
-  absl::StatusOr<std::unique_ptr<ckptd::FileSystem>> confined = ckptd::ConfinedFileSystem(config.root);
+  absl::StatusOr<std::unique_ptr<ckptd::FileSystem>> confined = ckptd::ConfinedFileSystem(
+      config.root, checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateFileMode : ckptd::kGroupFileMode);
   if (!confined.ok()) fatal(confined.status());
   char resolved_root[PATH_MAX];
   if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
@@ -107,6 +125,14 @@ int main(int argc, char** argv) {
     socket_group = *gid;
   }
   const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
+  // Held before the socket is replaced: a second daemon on this path refuses to start
+  // instead of taking the socket from the running one.
+  if (absl::Status s = ckptd::PreparePrivateDirectory(ckptd::DirName(socket), socket_group, "socket_path"); !s.ok()) {
+    fatal(s);
+  }
+  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> socket_lock =
+      ckptd::ProcessLock::Acquire(socket + ".lock", absl::StrCat("socket ", socket));
+  if (!socket_lock.ok()) fatal(socket_lock.status());
   absl::StatusOr<std::unique_ptr<ckptd::LocalListener>> listener = ckptd::LocalListener::Listen(socket, socket_group);
   if (!listener.ok()) fatal(listener.status());
 
@@ -115,7 +141,7 @@ int main(int argc, char** argv) {
   ckptd::CheckpointStore store(confined->get(), config.root);
   ckptd::PeerTable peers;
   ckptd::ServiceContext context{rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes),
-                                config.max_tensors_per_request, config.max_request_bytes, ""};
+                                config.max_tensors_per_request, config.max_request_bytes, config.max_trainers, ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
   grpc::ServerBuilder builder;
@@ -127,6 +153,9 @@ int main(int argc, char** argv) {
     builder.AddListeningPort(config.tcp_address, *tls, &tcp_port);
   }
   builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
@@ -154,11 +183,27 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
 
-  ckptd::Coordinator coordinator(collective->get(), &registry, &store,
-                                 {config.commit_timeout, kVersion, config.keep_last, config.keep_every_n_steps,
-                                  [&service] { return service.LocalStatus().SerializeAsString(); }});
+  ckptd::Coordinator coordinator(
+      collective->get(), &registry, &store,
+      {.commit_timeout = config.commit_timeout,
+       .version = kVersion,
+       .keep_last = config.keep_last,
+       .keep_every_n_steps = config.keep_every_n_steps,
+       .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
+       .dir_mode = checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode});
+  if (absl::Status s = coordinator.CheckSharedRoot(); !s.ok()) fatal(s);
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
+  if (stop.load() && absl::IsUnavailable(outcome)) {
+    // Asked to stop, and some peer never joined (it died, or is stopped): everything
+    // pending here has failed with UNAVAILABLE and nothing partial was published, but
+    // MPI cannot be finalized with a collective still open, so leave without it.
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    listener->reset();
+    spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone, std::string(outcome.message()));
+    spdlog::shutdown();
+    std::_Exit(kExitStoppedAlone);
+  }
   // Calls still running get 2 s to finish. gRPC also waits this long for idle client
   // connections that do not answer its GOAWAY, then closes them.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

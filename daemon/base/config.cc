@@ -64,6 +64,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
             config.allowed_gids = sub.second.as<std::vector<uint32_t>>();
           } else if (subkey == "socket_group") {
             config.socket_group = sub.second.as<std::string>();
+          } else if (subkey == "checkpoint_group") {
+            config.checkpoint_group = sub.second.as<std::string>();
           } else {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key security.", subkey));
           }
@@ -78,11 +80,14 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
             config.max_request_bytes = sub.second.as<int64_t>();
           } else if (subkey == "max_concurrent_rpcs") {
             config.max_concurrent_rpcs = sub.second.as<int>();
+          } else if (subkey == "max_trainers") {
+            config.max_trainers = sub.second.as<int>();
           } else {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key limits.", subkey));
           }
         }
-        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 || config.max_concurrent_rpcs < 4) {
+        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 || config.max_concurrent_rpcs < 4 ||
+            config.max_trainers < 1) {
           return absl::InvalidArgumentError("config: limits must be positive (max_concurrent_rpcs at least 4)");
         }
       } else if (key == "staging") {

@@ -32,11 +32,15 @@ struct DaemonConfig {
   std::vector<uint32_t> allowed_uids;
   std::vector<uint32_t> allowed_gids;
   std::string socket_group;
+  // checkpoint_group (a group name or number): checkpoints become readable by that
+  // group (directories 0750, files 0640); without it they are private (0700, 0600).
+  std::string checkpoint_group;
 
   // limits: requests over these are refused before anything large is allocated.
   int64_t max_tensors_per_request = 100000;
   int64_t max_request_bytes = int64_t{64} << 30;  // declared bytes in one Save
   int max_concurrent_rpcs = 256;                  // gRPC handler threads
+  int max_trainers = 16384;                       // largest trainer_count of a step or barrier
   // staging.memory_limit: host memory for staged bytes; a Save waits (up to its
   // deadline) for room rather than exceed it.
   int64_t staging_memory_limit = int64_t{16} << 30;

@@ -4,7 +4,10 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ckptd {
 
@@ -46,6 +49,26 @@ absl::Status ErrnoToStatus(int err, absl::string_view context) {
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+std::string JoinBounded(const std::vector<int>& ids, size_t shown) {
+  if (ids.size() <= shown) return absl::StrJoin(ids, ",");
+  std::vector<int> head(ids.begin(), ids.begin() + static_cast<long>(shown));
+  return absl::StrCat(absl::StrJoin(head, ","), " and ", ids.size() - shown, " more");
+}
+
+std::string BoundMessage(absl::string_view message, size_t max) {
+  if (message.size() <= max) return std::string(message);
+  return absl::StrCat(message.substr(0, max), "... (", message.size() - max, " more bytes cut)");
+}
+
+const std::string& HostName() {
+  static const std::string* name = [] {
+    char buffer[256] = {};
+    if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return new std::string("unknown-host");
+    return new std::string(buffer);
+  }();
+  return *name;
 }
 
 }  // namespace ckptd

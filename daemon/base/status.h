@@ -3,6 +3,9 @@
 #ifndef CKPTD_DAEMON_BASE_STATUS_H_
 #define CKPTD_DAEMON_BASE_STATUS_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -16,6 +19,17 @@ absl::Status ErrnoToStatus(int err, absl::string_view context);
 
 // Returns `status` with `context` prepended to its message, keeping the code.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
+
+// "3,5,9" for up to `shown` ids, else the first `shown` and "and N more": error
+// messages stay small whatever the job's size (gRPC refuses large status details).
+std::string JoinBounded(const std::vector<int>& ids, size_t shown = 8);
+
+// Messages longer than this are cut (and say so) where they leave the daemon.
+inline constexpr size_t kMaxErrorMessageBytes = 2048;
+std::string BoundMessage(absl::string_view message, size_t max = kMaxErrorMessageBytes);
+
+// This machine's host name (for messages that say where something failed).
+const std::string& HostName();
 
 }  // namespace ckptd
 

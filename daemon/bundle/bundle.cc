@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -222,6 +223,11 @@ absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
 
 std::string IndexPath(const std::string& prefix) { return prefix + ".index"; }
 
+std::string PieceLabel(const std::string& name, const Box& box, const Shape& shape, bool sliced) {
+  if (!sliced) return absl::StrCat("'", name, "'");
+  return absl::StrCat("'", name, "' slice ", box.ToSliceString(shape));
+}
+
 std::string DataPath(const std::string& prefix, int shard, int num_shards) {
   char suffix[64];
   std::snprintf(suffix, sizeof(suffix), ".data-%05d-of-%05d", shard, num_shards);
@@ -388,7 +394,8 @@ absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
   info.dtype = entry->dtype();
   info.shape = ShapeFromProto(entry->shape());
   if (entry->slices_size() == 0) {
-    info.pieces.push_back({Box::Full(info.shape), name, *entry});
+    info.pieces.push_back({Box::Full(info.shape), name, PieceLabel(name, Box::Full(info.shape), info.shape, false),
+                           *entry});
     return info;
   }
   for (const tf::TensorSliceProto& slice : entry->slices()) {
@@ -407,7 +414,8 @@ absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
       return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": slice ", box.ToSliceString(info.shape),
                                               " of tensor '", name, "' disagrees with its tensor"));
     }
-    info.pieces.push_back({std::move(box), std::move(key), *piece});
+    std::string label = PieceLabel(name, box, info.shape, true);
+    info.pieces.push_back({std::move(box), std::move(key), std::move(label), *piece});
   }
   return info;
 }
@@ -443,16 +451,15 @@ int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_c
   for (const std::string& name : TensorNames()) {
     auto info = Lookup(name);
     if (!info.ok()) continue;
-    if (Find(name)->slices_size() == 0) continue;
-    for (const SavedPiece& p : info->pieces) {
-      display[ordered_code::EncodeTensorNameSlice(name, p.box, info->shape)] =
-          absl::StrCat(name, "' slice '", p.box.ToSliceString(info->shape));
-    }
+    for (const SavedPiece& p : info->pieces) display[p.key] = p.label;
   }
   for (const auto& [raw_key, entry] : entries_) {
     if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
+    // A slice no tensor lists keeps a printable form of its key.
     auto shown = display.find(raw_key);
-    const std::string& key = shown == display.end() ? raw_key : shown->second;
+    const std::string key = shown != display.end() ? shown->second
+                            : IsSliceKey(raw_key)  ? absl::StrCat("'", absl::CEscape(raw_key), "'")
+                                                   : absl::StrCat("'", raw_key, "'");
     ++checked;
     done += entry.size();
     struct Report {
@@ -479,39 +486,39 @@ int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_c
   return checked;
 }
 
-absl::Status BundleReader::CheckEntryRange(const std::string& key, const tf::BundleEntryProto& entry) {
+absl::Status BundleReader::CheckEntryRange(const std::string& label, const tf::BundleEntryProto& entry) {
   auto file = DataFileHandle(entry.shard_id());
   if (!file.ok()) {
-    return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
+    return absl::Status(file.status().code(), absl::StrCat("tensor ", label, ": ", file.status().message()));
   }
   const uint64_t size = (*file)->Size();
   if (static_cast<uint64_t>(entry.offset()) > size || static_cast<uint64_t>(entry.size()) > size - entry.offset()) {
-    return absl::DataLossError(absl::StrCat("tensor '", key, "': bytes [", entry.offset(), ", +", entry.size(),
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": bytes [", entry.offset(), ", +", entry.size(),
                                             ") lie past the end of ", DataFile(entry.shard_id()), " (", size,
                                             " bytes)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status BundleReader::ReadEntry(const std::string& key, const tf::BundleEntryProto& entry,
+absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleEntryProto& entry,
                                      char* dst) {
   const std::string file_name = DataFile(entry.shard_id());
-  RETURN_IF_ERROR(CheckEntryRange(key, entry));
+  RETURN_IF_ERROR(CheckEntryRange(label, entry));
   auto file = DataFileHandle(entry.shard_id());
   absl::Status s = (*file)->Read(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()), dst);
   if (absl::IsOutOfRange(s)) {
-    return absl::DataLossError(absl::StrCat("tensor '", key, "': ", s.message()));
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": ", s.message()));
   }
   RETURN_IF_ERROR(s);
   int64_t elements = 1;
   for (const auto& dim : entry.shape().dim()) elements *= dim.size();
   absl::StatusOr<uint32_t> actual = EntryChecksum(entry.dtype(), elements, dst, static_cast<size_t>(entry.size()));
   if (!actual.ok()) {
-    return absl::DataLossError(absl::StrCat("tensor '", key, "': ", actual.status().message(), " in ", file_name,
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ", file_name,
                                             " at offset ", entry.offset()));
   }
   if (*actual != entry.crc32c()) {
-    return absl::DataLossError(absl::StrCat("tensor '", key, "': checksum mismatch in ", file_name,
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ", file_name,
                                             " at offset ", entry.offset(), " (", entry.size(), " bytes)"));
   }
   return absl::OkStatus();
@@ -522,7 +529,7 @@ absl::Status BundleReader::CheckBoxReadable(const TensorInfo& info, const Box& b
   for (const SavedPiece& piece : info.pieces) {
     std::optional<Box> common = Intersect(piece.box, box);
     if (!common.has_value() && !(piece.box == box)) continue;
-    RETURN_IF_ERROR(CheckEntryRange(piece.key, piece.entry));
+    RETURN_IF_ERROR(CheckEntryRange(piece.label, piece.entry));
     covered += common.has_value() ? common->NumElements() : box.NumElements();
   }
   if (covered != box.NumElements()) {
@@ -544,15 +551,15 @@ absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char*
   size_t buffer_size = 0;
   for (const SavedPiece& piece : info.pieces) {
     // A piece equal to the request is read straight into place.
-    if (piece.box == box) return ReadEntry(piece.key, piece.entry, dst);
+    if (piece.box == box) return ReadEntry(piece.label, piece.entry, dst);
     std::optional<Box> common = Intersect(piece.box, box);
     if (!common.has_value()) continue;
-    RETURN_IF_ERROR(CheckEntryRange(piece.key, piece.entry));
+    RETURN_IF_ERROR(CheckEntryRange(piece.label, piece.entry));
     // A piece that is one contiguous run of the request is read straight into place
     // too (e.g. row blocks of a row-resharded tensor).
     if (*common == piece.box) {
       if (std::optional<int64_t> at = ContiguousOffset(piece.box, box); at.has_value()) {
-        RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, dst + *at * static_cast<int64_t>(element_size)));
+        RETURN_IF_ERROR(ReadEntry(piece.label, piece.entry, dst + *at * static_cast<int64_t>(element_size)));
         covered += common->NumElements();
         continue;
       }
@@ -567,7 +574,7 @@ absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char*
       buffer.reset(static_cast<char*>(p));
       buffer_size = size;
     }
-    RETURN_IF_ERROR(ReadEntry(piece.key, piece.entry, buffer.get()));
+    RETURN_IF_ERROR(ReadEntry(piece.label, piece.entry, buffer.get()));
     CopyRegion(*common, piece.box, buffer.get(), box, dst, element_size);
     covered += common->NumElements();
   }

@@ -53,10 +53,15 @@ class IndexBuilder {
   std::map<std::string, tf::BundleEntryProto> entries_;
 };
 
+// How messages and logs name one saved piece, as people write it: `'w'` for a whole
+// tensor, `'opt/m' slice 0,16:-` for a slice (never the binary OrderedCode key).
+std::string PieceLabel(const std::string& name, const Box& box, const Shape& shape, bool sliced);
+
 // One saved piece of a tensor: its box and the entry holding its bytes.
 struct SavedPiece {
   Box box;
-  std::string key;
+  std::string key;    // the index key (binary for a slice)
+  std::string label;  // PieceLabel: what errors print
   tf::BundleEntryProto entry;
 };
 
@@ -88,12 +93,12 @@ class BundleReader {
   // NOT_FOUND for an unknown name; DATA_LOSS if a listed slice has no entry.
   absl::StatusOr<TensorInfo> Lookup(const std::string& name) const;
 
-  // DATA_LOSS naming the key and file if the entry's byte range is not inside its
-  // data file (checked before anything is allocated for it).
-  absl::Status CheckEntryRange(const std::string& key, const tf::BundleEntryProto& entry);
+  // DATA_LOSS naming the piece (`label`, see PieceLabel) and file if the entry's byte
+  // range is not inside its data file (checked before anything is allocated for it).
+  absl::Status CheckEntryRange(const std::string& label, const tf::BundleEntryProto& entry);
   // Reads one entry's bytes into dst (entry.size() bytes) and checks its crc32c.
-  // DATA_LOSS naming the key and file on a mismatch or a range past the file's end.
-  absl::Status ReadEntry(const std::string& key, const tf::BundleEntryProto& entry, char* dst);
+  // DATA_LOSS naming the piece and file on a mismatch or a range past the file's end.
+  absl::Status ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst);
 
   // Checks, before anything is allocated for it, that `box` can be read: the pieces
   // intersecting it cover it and their byte ranges lie inside their data files.

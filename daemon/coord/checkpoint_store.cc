@@ -27,15 +27,24 @@ std::string CheckpointStore::TempDir(const std::string& run, int64_t step) const
   return JoinPath(RunDir(run), ".tmp-" + StepDirName(step));
 }
 
+absl::StatusOr<bool> CheckpointStore::HasIndex(const std::string& step_dir) const {
+  absl::StatusOr<uint64_t> size = fs_->FileSize(IndexPath(Prefix(step_dir)));
+  if (size.ok()) return true;
+  if (absl::IsNotFound(size.status())) return false;
+  return size.status();
+}
+
 absl::StatusOr<std::vector<int64_t>> CheckpointStore::ListSteps(const std::string& run) const {
   const std::string dir = RunDir(run);
-  if (!fs_->IsDirectory(dir)) return std::vector<int64_t>();
-  ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
+  absl::StatusOr<std::vector<std::string>> names = fs_->ListDir(dir);
+  if (absl::IsNotFound(names.status())) return std::vector<int64_t>();
+  RETURN_IF_ERROR(names.status());
   std::vector<int64_t> steps;
-  for (const std::string& name : names) {
+  for (const std::string& name : *names) {
     int64_t step = 0;
     if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &step)) continue;
-    if (fs_->Exists(IndexPath(Prefix(JoinPath(dir, name))))) steps.push_back(step);
+    ASSIGN_OR_RETURN(bool committed, HasIndex(JoinPath(dir, name)));
+    if (committed) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -58,20 +67,30 @@ absl::StatusOr<int64_t> CheckpointStore::LatestStep(const std::string& run) cons
   return steps.back();
 }
 
+absl::StatusOr<bool> CheckpointStore::Committed(const std::string& run, int64_t step) const {
+  return HasIndex(StepDir(run, step));
+}
+
 bool CheckpointStore::IsCommitted(const std::string& run, int64_t step) const {
-  return fs_->Exists(IndexPath(Prefix(StepDir(run, step))));
+  return Committed(run, step).value_or(false);
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run) const {
   std::vector<std::string> removed;
   const std::string dir = RunDir(run);
-  if (!fs_->IsDirectory(dir)) return removed;
-  ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
+  absl::StatusOr<std::vector<std::string>> listed = fs_->ListDir(dir);
+  if (absl::IsNotFound(listed.status())) return removed;
+  RETURN_IF_ERROR(listed.status());
+  std::vector<std::string> names = std::move(*listed);
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     const bool temp_step = absl::StartsWith(name, ".tmp-step-") || absl::StartsWith(name, ".deleted-step-");
     // A step directory without an index never finished publishing.
-    const bool torn_step = absl::StartsWith(name, "step-") && !fs_->Exists(IndexPath(Prefix(JoinPath(dir, name))));
+    bool torn_step = false;
+    if (absl::StartsWith(name, "step-")) {
+      ASSIGN_OR_RETURN(bool has_index, HasIndex(JoinPath(dir, name)));
+      torn_step = !has_index;
+    }
     if (!temp_step && !torn_step && name != "checkpoint.tmp") continue;
     RETURN_IF_ERROR(fs_->DeleteRecursively(JoinPath(dir, name)));
     removed.push_back(JoinPath(dir, name));
@@ -116,8 +135,9 @@ absl::Status CheckpointStore::WriteStateFile(const std::string& run) const {
   if (steps.empty()) {
     // Nothing committed: TF must not find a state file naming a step that is gone.
     const std::string path = JoinPath(RunDir(run), "checkpoint");
-    if (!fs_->Exists(path)) return absl::OkStatus();
-    RETURN_IF_ERROR(fs_->DeleteFile(path));
+    absl::Status deleted = fs_->DeleteFile(path);
+    if (absl::IsNotFound(deleted)) return absl::OkStatus();
+    RETURN_IF_ERROR(deleted);
     return fs_->SyncDir(RunDir(run));
   }
   CheckpointState state;

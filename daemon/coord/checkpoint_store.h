@@ -33,6 +33,12 @@ class CheckpointStore {
   absl::StatusOr<std::vector<std::string>> ListRuns() const;
   // NOT_FOUND when the run has no committed step.
   absl::StatusOr<int64_t> LatestStep(const std::string& run) const;
+  // Whether the step is committed. An error reading the file system is an error,
+  // never "no": a transient stat failure must not make a committed step look torn
+  // (cleanup would delete it) or missing (the state file would forget it).
+  absl::StatusOr<bool> Committed(const std::string& run, int64_t step) const;
+  // Committed(), with an error read as false: only for refusals that a later check
+  // repeats (a Save of a step already committed).
   bool IsCommitted(const std::string& run, int64_t step) const;
   // Rewrites TF's `checkpoint` state file for the run from what is committed.
   absl::Status WriteStateFile(const std::string& run) const;
@@ -51,6 +57,9 @@ class CheckpointStore {
                                                       bool dry_run) const;
 
  private:
+  // Whether step_dir holds an index; errors other than NOT_FOUND are returned.
+  absl::StatusOr<bool> HasIndex(const std::string& step_dir) const;
+
   FileSystem* fs_;
   std::string root_;
 };

@@ -42,6 +42,15 @@ class Collective {
   // Called on the coordinator thread when an operation passes its deadline.
   using ExpiryHandler = std::function<void(const absl::Status&)>;
   virtual void SetExpiryHandler(ExpiryHandler handler) = 0;
+  // Once `stop_requested` returns true, an operation waits at most `grace` more for
+  // the ranks it lacks, then returns UNAVAILABLE naming them: a rank asked to stop
+  // must not wait forever for a peer that died. The group is unusable after that (MPI
+  // collectives cannot be cancelled), so the process must exit without finalizing.
+  // Implementations that cannot block forever may ignore it.
+  virtual void SetStopCheck(std::function<bool()> stop_requested, absl::Duration grace) {
+    (void)stop_requested;
+    (void)grace;
+  }
   // Ends the whole job; does not return.
   [[noreturn]] virtual void Abort(int code) = 0;
 };

@@ -1,6 +1,7 @@
 #include "daemon/coord/coordinator.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <deque>
@@ -20,8 +21,6 @@
 
 namespace ckptd {
 namespace {
-
-constexpr uint32_t kDirMode = 0755;
 
 internal::Vote ToVote(const absl::Status& s) {
   internal::Vote v;
@@ -48,10 +47,20 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   // hear DEADLINE_EXCEEDED) while the coordinator keeps waiting for the late rank, so
   // that every rank still takes the same path through the protocol.
   collective_->SetExpiryHandler([this](const absl::Status& late) { OnExpiry(late); });
+  collective_->SetStopCheck([&stop] { return stop.load(); }, options_.stop_grace);
   absl::Duration idle_nap = absl::Microseconds(500);
   while (true) {
     bool stopping = false;
     absl::StatusOr<bool> worked = Round(stop.load(), &stopping);
+    if (!worked.ok() && stop.load()) {
+      // Asked to stop while a peer is gone (the wait for it gave up, or MPI reported
+      // the broken link): stop here alone.
+      const absl::Status alone = absl::UnavailableError(
+          absl::StrCat("ckptd is shutting down; step not committed (", worked.status().message(), ")"));
+      registry_->FailEverything(alone);
+      spdlog::warn("coordinator: stopping without the other ranks: {}", std::string(worked.status().message()));
+      return alone;
+    }
     if (!worked.ok()) {
       registry_->FailEverything(worked.status());
       return worked.status();
@@ -118,6 +127,13 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       e->set_step(key.step);
     }
   }
+  for (const auto& [key, since] : barrier_first_seen_) {
+    if (now - since > options_.commit_timeout) {
+      internal::BarrierRef* e = mine.add_expired_barriers();
+      e->set_run(key.first);
+      e->set_barrier_id(key.second);
+    }
+  }
   const bool busy = mine.steps_size() > 0 || mine.barriers_size() > 0;
   phase_ = Phase{};
   phase_.idle = !busy;
@@ -134,6 +150,8 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
     int staged = 0;
     int64_t mesh_size = 0;
     std::set<int> trainers;
+    std::set<int> told;            // steps: trainers that know of `failure`
+    std::map<int, int> arrivals;   // barriers: arrivals per trainer id
     std::string failure;
     bool expired = false;
   };
@@ -151,27 +169,33 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       if (p.trainer_count() > 0) t.counts.insert(p.trainer_count());
       t.staged += p.staged();
       t.trainers.insert(p.trainers().begin(), p.trainers().end());
+      t.told.insert(p.told().begin(), p.told().end());
       if (!p.failure().empty() && t.failure.empty()) t.failure = p.failure();
     }
     for (const auto& e : state.expired()) steps[{e.run(), e.step()}].expired = true;
     for (const auto& r : state.restoring()) restoring_.insert({r.run(), r.step()});
     for (const auto& b : state.barriers()) {
       Tally& t = barriers[{b.run(), b.barrier_id()}];
-      t.counts.insert(b.trainer_count());
+      t.counts.insert(b.trainer_counts().begin(), b.trainer_counts().end());
+      if (b.trainer_counts().empty()) t.counts.insert(b.trainer_count());
       t.staged += b.arrived();
+      for (int id : b.trainer_ids()) ++t.arrivals[id];
       t.mesh_size = std::max(t.mesh_size, b.mesh_size());
     }
+    for (const auto& e : state.expired_barriers()) barriers[{e.run(), e.barrier_id()}].expired = true;
   }
   registry_->SetRankReports(std::move(reports), now);
   if (*stopping) return true;
 
   bool worked = false;
-  auto fail = [&](const StepKey& key, const absl::Status& status) {
+  auto fail = [&](const StepKey& key, const Tally& tally, const absl::Status& status) {
     worked = true;
     first_seen_.erase(key);
     failed_here_.erase(key);
     registry_->TakeForCommit(key);
-    registry_->FinishStep(key, status, 0);
+    std::set<int> participants = tally.trainers;
+    participants.insert(tally.told.begin(), tally.told.end());
+    registry_->FinishStep(key, status, 0, absl::ZeroDuration(), participants);
     spdlog::warn("{}", std::string(status.message()));
   };
   // Every rank iterates the same sorted maps, so all make the same decisions in order.
@@ -179,12 +203,14 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
     const std::string what = absl::StrCat("run '", key.run, "' step ", key.step);
     const int count = tally.counts.empty() ? 0 : *tally.counts.rbegin();
     if (!tally.failure.empty()) {
-      fail(key, absl::AbortedError(absl::StrCat(what, " failed: ", tally.failure)));
+      fail(key, tally, absl::AbortedError(absl::StrCat(what, " failed: ", tally.failure)));
     } else if (tally.counts.size() > 1) {
-      fail(key, absl::InvalidArgumentError(absl::StrCat(what, ": trainers disagree on trainer_count across hosts")));
+      fail(key, tally,
+           absl::InvalidArgumentError(absl::StrCat(what, ": trainers disagree on trainer_count across hosts")));
     } else if (tally.staged > count) {
-      fail(key, absl::InvalidArgumentError(absl::StrCat(what, ": ", tally.staged, " trainers staged but trainer_count is ",
-                                                        count, " (a trainer id is used twice)")));
+      fail(key, tally,
+           absl::InvalidArgumentError(absl::StrCat(what, ": ", tally.staged, " trainers staged but trainer_count is ",
+                                                   count, " (a trainer id is used twice)")));
     } else if (tally.staged == count && count > 0) {
       worked = true;
       first_seen_.erase(key);
@@ -194,10 +220,11 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       for (int t = 0; t < count; ++t) {
         if (tally.trainers.count(t) == 0) missing.push_back(t);
       }
-      fail(key, absl::DeadlineExceededError(absl::StrCat(
-                    what, ": only ", tally.staged, " of ", count, " trainers staged within ",
-                    absl::FormatDuration(options_.commit_timeout), "; missing trainer(s) ",
-                    absl::StrJoin(missing, ","))));
+      fail(key, tally,
+           absl::DeadlineExceededError(absl::StrCat(what, ": only ", tally.staged, " of ", count,
+                                                    " trainers staged within ",
+                                                    absl::FormatDuration(options_.commit_timeout),
+                                                    "; missing trainer(s) ", JoinBounded(missing))));
     } else {
       first_seen_.try_emplace(key, now);
     }
@@ -207,31 +234,69 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
     it = steps.count(it->first) == 0 ? first_seen_.erase(it) : std::next(it);
   }
   for (const auto& [key, tally] : barriers) {
-    if (tally.counts.size() > 1 || tally.staged < *tally.counts.rbegin()) continue;
+    const std::string what = absl::StrCat("barrier ", key.second, " of run '", key.first, "'");
+    const int count = tally.counts.empty() ? 0 : *tally.counts.rbegin();
+    std::vector<int> repeated, missing;
+    for (const auto& [id, n] : tally.arrivals) {
+      if (n > 1) repeated.push_back(id);
+    }
+    for (int t = 0; t < count; ++t) {
+      if (tally.arrivals.count(t) == 0) missing.push_back(t);
+    }
+    // Each trainer id 0..count-1 must arrive exactly once; anything else fails every
+    // trainer waiting in the barrier at once, on every host.
+    absl::Status failed = absl::OkStatus();
+    if (tally.counts.size() > 1) {
+      failed = absl::InvalidArgumentError(absl::StrCat(what, ": trainers disagree on trainer_count (",
+                                                       absl::StrJoin(tally.counts, " vs "), ")"));
+    } else if (!repeated.empty()) {
+      failed = absl::InvalidArgumentError(
+          absl::StrCat(what, ": trainer id(s) ", JoinBounded(repeated), " arrived more than once"));
+    } else if (missing.empty()) {
+      worked = true;
+      barrier_first_seen_.erase(key);
+      RETURN_IF_ERROR(CompleteBarrier(key, tally.mesh_size, mine));
+      continue;
+    } else if (tally.expired) {
+      failed = absl::DeadlineExceededError(absl::StrCat(what, ": ", count - static_cast<int>(missing.size()), " of ",
+                                                        count, " trainers arrived within ",
+                                                        absl::FormatDuration(options_.commit_timeout),
+                                                        "; missing trainer(s) ", JoinBounded(missing)));
+    } else {
+      barrier_first_seen_.try_emplace(key, now);
+      continue;
+    }
     worked = true;
-    const absl::Time barrier_deadline = absl::Now() + options_.commit_timeout;
-    // As DTensor's barrier does: the devices declared on all hosts must make up the mesh.
-    int64_t local_devices = 0;
-    for (const auto& b : mine.barriers()) {
-      if (b.run() == key.first && b.barrier_id() == key.second) local_devices = b.devices();
-    }
-    phase_.barriers.push_back(key);
-    ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, barrier_deadline));
-    RETURN_IF_ERROR(collective_->Barrier(barrier_deadline));
-    phase_ = Phase{};
-    absl::Status outcome = absl::OkStatus();
-    if (tally.staged != *tally.counts.rbegin()) {
-      outcome = absl::InvalidArgumentError(absl::StrCat("barrier ", key.second, " of run '", key.first, "': ",
-                                                        tally.staged, " arrivals for ", *tally.counts.rbegin(),
-                                                        " trainers"));
-    } else if (tally.mesh_size > 0 && devices != tally.mesh_size) {
-      outcome = absl::FailedPreconditionError(absl::StrCat(
-          "barrier ", key.second, " of run '", key.first, "': trainers on all hosts declared ", devices,
-          " devices but the mesh has ", tally.mesh_size));
-    }
-    registry_->FinishBarrier(key.first, key.second, outcome);
+    barrier_first_seen_.erase(key);
+    spdlog::warn("{}", std::string(failed.message()));
+    registry_->FinishBarrier(key.first, key.second, failed);
+  }
+  for (auto it = barrier_first_seen_.begin(); it != barrier_first_seen_.end();) {
+    it = barriers.count(it->first) == 0 ? barrier_first_seen_.erase(it) : std::next(it);
   }
   return worked;
+}
+
+absl::Status Coordinator::CompleteBarrier(const std::pair<std::string, int64_t>& key, int64_t mesh_size,
+                                          const internal::RoundState& mine) {
+  const absl::Time barrier_deadline = absl::Now() + options_.commit_timeout;
+  // As DTensor's barrier does: the devices declared on all hosts must make up the mesh.
+  int64_t local_devices = 0;
+  for (const auto& b : mine.barriers()) {
+    if (b.run() == key.first && b.barrier_id() == key.second) local_devices = b.devices();
+  }
+  phase_.barriers.push_back(key);
+  ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, barrier_deadline));
+  RETURN_IF_ERROR(collective_->Barrier(barrier_deadline));
+  phase_ = Phase{};
+  absl::Status outcome = absl::OkStatus();
+  if (mesh_size > 0 && devices != mesh_size) {
+    outcome = absl::FailedPreconditionError(absl::StrCat("barrier ", key.second, " of run '", key.first,
+                                                         "': trainers on all hosts declared ", devices,
+                                                         " devices but the mesh has ", mesh_size));
+  }
+  registry_->FinishBarrier(key.first, key.second, outcome);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Status> Coordinator::Vote(const absl::Status& mine, absl::Time deadline) {
@@ -242,6 +307,11 @@ absl::StatusOr<absl::Status> Coordinator::Vote(const absl::Status& mine, absl::T
   internal::Vote parsed;
   parsed.ParseFromString(vote);
   return FromVote(parsed);
+}
+
+absl::Status Coordinator::Where(const absl::Status& s) const {
+  if (s.ok()) return s;
+  return Annotate(s, absl::StrCat("on rank ", collective_->rank(), " (host ", HostName(), ")"));
 }
 
 absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s) const {
@@ -307,7 +377,9 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step, std::string(plan.status().message()));
     failed_here_.erase(key);
     phase_ = Phase{};
-    registry_->FinishStep(key, plan.status(), 0);
+    std::set<int> everyone;
+    for (int t = 0; t < trainer_count; ++t) everyone.insert(t);
+    registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), everyone);
     return absl::OkStatus();
   }
 
@@ -324,14 +396,17 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
         for (const std::string& path : *removed) spdlog::warn("run '{}': removed orphaned {}", key.run, path);
       }
     }
-    if (store_->IsCommitted(key.run, key.step)) {
+    absl::StatusOr<bool> committed = store_->Committed(key.run, key.step);
+    if (!committed.ok()) {
+      prepared = committed.status();
+    } else if (*committed) {
       prepared = absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
     } else {
       prepared = store_->fs()->DeleteRecursively(temp_dir);
-      if (prepared.ok()) prepared = store_->fs()->CreateDirs(temp_dir, kDirMode);
+      if (prepared.ok()) prepared = store_->fs()->CreateDirs(temp_dir, options_.dir_mode);
     }
   }
-  ASSIGN_OR_RETURN(absl::Status agreed, Vote(LocalStatus(key, prepared), deadline));
+  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(LocalStatus(key, prepared)), deadline));
 
   // Write this host's boxes, then vote on "all written and synced".
   std::string entries;
@@ -339,7 +414,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::Status written = agreed;
   if (agreed.ok()) written = WriteLocalShard(key, *plan, payloads, &entries, &bytes);
   payloads.clear();  // staged memory goes back as soon as the bytes are on disk
-  ASSIGN_OR_RETURN(agreed, Vote(LocalStatus(key, written), deadline));
+  ASSIGN_OR_RETURN(agreed, Vote(Where(LocalStatus(key, written)), deadline));
 
   // Merge: rank 0 writes the index and ckptd.json into the temp directory; all vote
   // once more before anything becomes visible.
@@ -347,13 +422,18 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     ASSIGN_OR_RETURN(std::vector<std::string> gathered, collective_->Gather(entries, 0, deadline));
     absl::Status merged = absl::OkStatus();
     if (rank == 0) merged = WriteIndex(key, trainer_count, *plan, gathered, started);
-    ASSIGN_OR_RETURN(agreed, Vote(LocalStatus(key, merged), deadline));
+    ASSIGN_OR_RETURN(agreed, Vote(Where(LocalStatus(key, merged)), deadline));
   }
-  // Publish: rank 0 renames and syncs; the last vote announces the outcome.
+  // Publish: rank 0 renames and syncs; then every rank checks that it sees the step
+  // (its own bytes included), and only that last vote announces the outcome.
   if (agreed.ok()) {
     phase_.final_outcome = true;
     absl::Status published = rank == 0 ? Publish(key) : absl::OkStatus();
-    ASSIGN_OR_RETURN(agreed, Vote(published, deadline));
+    ASSIGN_OR_RETURN(agreed, Vote(Where(published), deadline));
+    if (agreed.ok()) {
+      ASSIGN_OR_RETURN(agreed, Vote(Where(CheckPublishedHere(key, bytes)), deadline));
+      if (!agreed.ok() && rank == 0) Withdraw(key);
+    }
   }
   phase_ = Phase{};
   failed_here_.erase(key);
@@ -369,8 +449,68 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
-  registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0, absl::Now() - started);
+  std::set<int> everyone;
+  for (int t = 0; t < trainer_count; ++t) everyone.insert(t);
+  registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0, absl::Now() - started, everyone);
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_written) {
+  const std::string step_dir = store_->StepDir(key.run, key.step);
+  const std::string prefix = CheckpointStore::Prefix(step_dir);
+  FileSystem* fs = store_->fs();
+  ASSIGN_OR_RETURN(bool visible, store_->Committed(key.run, key.step));
+  if (!visible) {
+    return absl::FailedPreconditionError(absl::StrCat("published ", step_dir, " is not visible here (no ", IndexPath(prefix),
+                                                      "): every daemon must see the same root"));
+  }
+  const std::string data = DataPath(prefix, collective_->rank(), collective_->size());
+  absl::StatusOr<uint64_t> size = fs->FileSize(data);
+  if (!size.ok() || *size != static_cast<uint64_t>(bytes_written)) {
+    return absl::DataLossError(absl::StrCat("published ", data, " is ",
+                                            size.ok() ? absl::StrCat(*size, " bytes") : std::string(size.status().message()),
+                                            " here, but this rank wrote ", bytes_written));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Withdraw(const StepKey& key) {
+  FileSystem* fs = store_->fs();
+  const std::string step_dir = store_->StepDir(key.run, key.step);
+  spdlog::error("run '{}' step {}: withdrawing {}: not every rank sees it", key.run, key.step, step_dir);
+  if (absl::Status s = fs->Rename(step_dir, store_->TempDir(key.run, key.step)); !s.ok()) {
+    spdlog::error("withdrawing {}: {}", step_dir, std::string(s.message()));
+  }
+  fs->SyncDir(store_->RunDir(key.run)).IgnoreError();
+  store_->WriteStateFile(key.run).IgnoreError();
+}
+
+absl::Status Coordinator::CheckSharedRoot() {
+  const absl::Time deadline = absl::Now() + options_.commit_timeout;
+  const int rank = collective_->rank();
+  FileSystem* fs = store_->fs();
+  const std::string path = JoinPath(store_->root(), ".ckptd-root-check");
+  std::string token;
+  absl::Status written = absl::OkStatus();
+  if (rank == 0) {
+    token = absl::StrCat(HostName(), ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
+    written = fs->WriteFileAtomically(path, token);
+  }
+  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(written), deadline));
+  RETURN_IF_ERROR(agreed);
+  ASSIGN_OR_RETURN(token, collective_->Broadcast(token, 0, deadline));
+  absl::StatusOr<std::string> seen = fs->ReadFileToString(path, 4096);
+  absl::Status mine = absl::OkStatus();
+  if (!seen.ok() || *seen != token) {
+    mine = absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " on host ", HostName(), " does not see the checkpoint root ", store_->root(),
+        " that rank 0 wrote to (", seen.ok() ? "another daemon's token is there" : seen.status().message(),
+        "): every daemon must use one shared root (a parallel or network file system mounted at the same path on "
+        "every host); point root at such a directory"));
+  }
+  ASSIGN_OR_RETURN(agreed, Vote(mine, deadline));
+  if (rank == 0) fs->DeleteFile(path).IgnoreError();
+  return agreed;
 }
 
 void Coordinator::ApplyRetention(const StepKey& key) {

@@ -33,6 +33,11 @@ struct CoordinatorOptions {
   std::function<std::string()> local_report;
   // Threads that checksum boxes while the coordinator thread writes them.
   int checksum_threads = 2;
+  // After a stop request, how long a collective waits for peers before this rank
+  // stops without them (a dead peer must not keep a SIGTERMed daemon alive).
+  absl::Duration stop_grace = absl::Seconds(1);
+  // Mode of the directories a commit creates (0700 private, 0750 with a group).
+  uint32_t dir_mode = 0700;
 };
 
 class Coordinator {
@@ -43,9 +48,17 @@ class Coordinator {
 
   // Runs rounds until every rank has seen a stop request (any rank's `stop` turning
   // true stops all of them together). Pending steps then fail with UNAVAILABLE and
-  // nothing partial is published. A non-OK return means a collective failed or timed
-  // out: the job must be aborted.
+  // nothing partial is published. UNAVAILABLE means this rank was asked to stop but
+  // some peer did not join it within options.stop_grace (dead, stopped, or stuck): the
+  // same has been done here, but the collective is unusable, so the process must exit
+  // without finalizing MPI. Any other non-OK return means a collective failed: the job
+  // must be aborted.
   absl::Status Run(const std::atomic<bool>& stop);
+
+  // Start-up check that every rank sees the same checkpoint root: rank 0 writes a
+  // random token under it and every rank must read it back. FAILED_PRECONDITION on
+  // every rank (naming the ranks and hosts that could not) if not. Call before Run.
+  absl::Status CheckSharedRoot();
 
  private:
   // Returns true if the round did any work.
@@ -60,10 +73,21 @@ class Coordinator {
   absl::Status WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
                           const std::vector<std::string>& gathered, absl::Time started);
   absl::Status Publish(const StepKey& key);
+  // After rank 0 published: this rank sees the step directory, the index and its own
+  // data file at the size it wrote.
+  absl::Status CheckPublishedHere(const StepKey& key, int64_t bytes_written);
+  // Takes a published step back (rank 0) when some rank could not see it.
+  void Withdraw(const StepKey& key);
   void ApplyRetention(const StepKey& key);
   void OnExpiry(const absl::Status& late);
   // `s`, unless a deadline already failed `key` on this rank.
   absl::Status LocalStatus(const StepKey& key, const absl::Status& s) const;
+  // `s` naming this rank and host, so that every rank's log and every trainer's error
+  // say where a step failed.
+  absl::Status Where(const absl::Status& s) const;
+  // A barrier every trainer id arrived at: checks the mesh's device count across hosts.
+  absl::Status CompleteBarrier(const std::pair<std::string, int64_t>& key, int64_t mesh_size,
+                               const internal::RoundState& mine);
 
   // What a collective that passes its deadline now would leave undone.
   struct Phase {
@@ -80,6 +104,7 @@ class Coordinator {
   Phase phase_;
   std::map<StepKey, absl::Status> failed_here_;  // steps a deadline failed on this rank
   std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
+  std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
   std::set<std::string> cleaned_runs_;           // runs whose orphans rank 0 removed
   std::set<StepKey> restoring_;                  // steps being restored on some host
   std::string report_;                           // cached local_report()

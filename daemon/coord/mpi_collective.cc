@@ -35,6 +35,10 @@ class MpiCollective : public Collective {
   }
 
   void SetExpiryHandler(ExpiryHandler handler) override { on_expiry_ = std::move(handler); }
+  void SetStopCheck(std::function<bool()> stop_requested, absl::Duration grace) override {
+    stop_requested_ = std::move(stop_requested);
+    stop_grace_ = grace;
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -180,13 +184,23 @@ class MpiCollective : public Collective {
       int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return MpiError(rc, what);
       if (done) break;
+      if (stop_requested_ && stop_requested_()) {
+        if (stop_seen_ == absl::InfiniteFuture()) stop_seen_ = absl::Now();
+        if (absl::Now() - stop_seen_ > stop_grace_) {
+          const std::vector<int> missing = Missing(current_);
+          return absl::UnavailableError(absl::StrCat(
+              "stopping: MPI ", what, " on rank ", rank_, " gave up after ", absl::FormatDuration(stop_grace_), "; ",
+              missing.empty() ? std::string("every rank arrived but the operation has not finished")
+                              : absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived")));
+        }
+      }
       if (absl::Now() > deadline) {
         deadline = absl::Now() + interval;
         std::vector<int> missing = Missing(current_);
         absl::Status late = absl::DeadlineExceededError(absl::StrCat(
             "MPI ", what, " on rank ", rank_, " passed its deadline; ",
             missing.empty() ? std::string("every rank arrived but the operation has not finished")
-                            : absl::StrCat("rank(s) ", absl::StrJoin(missing, ","), " never arrived")));
+                            : absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived")));
         if (!on_expiry_) return late;
         on_expiry_(late);
       }
@@ -214,6 +228,9 @@ class MpiCollective : public Collective {
   int64_t sequence_ = 0;
   Arrivals current_;
   ExpiryHandler on_expiry_;
+  std::function<bool()> stop_requested_;
+  absl::Duration stop_grace_ = absl::Seconds(1);
+  absl::Time stop_seen_ = absl::InfiniteFuture();  // when this rank first saw the stop
 };
 
 }  // namespace

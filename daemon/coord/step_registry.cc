@@ -3,25 +3,54 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 
-absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerPayload payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::Status StepRegistry::AdmitLocked(const StepKey& key, int trainer, bool staging) {
   auto done = outcomes_.find(key);
   if (done != outcomes_.end()) {
     if (done->second.ok()) {
       return absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
     }
-    // A failed step may be saved again from scratch.
-    outcomes_.erase(done);
+    std::set<int>& told = told_[key];
+    if (told.count(trainer) > 0) {
+      // This trainer knows the attempt failed: saving again is a retry, and the old
+      // failure must not refuse the trainers that join it.
+      outcomes_.erase(done);
+      told_.erase(key);
+      return absl::OkStatus();
+    }
+    told.insert(trainer);
+    return absl::AbortedError(done->second.message());
   }
+  auto pending = pending_.find(key);
+  if (pending != pending_.end() && !pending->second.failure.ok()) {
+    // Failed here but not yet agreed by every rank. A trainer that knows may start
+    // sending its retry (the failure is usually agreed before its bytes are in), but
+    // cannot stage into the failed attempt.
+    std::set<int>& told = pending->second.told;
+    if (!staging && told.count(trainer) > 0) return absl::OkStatus();
+    told.insert(trainer);
+    return absl::AbortedError(pending->second.failure.message());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepRegistry::Admit(const StepKey& key, int trainer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AdmitLocked(key, trainer, /*staging=*/false);
+}
+
+absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerPayload payload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int trainer = payload.trainer_id;
+  RETURN_IF_ERROR(AdmitLocked(key, trainer, /*staging=*/true));
   PendingStep& step = pending_[key];
   if (step.committing) {
     return absl::FailedPreconditionError(
         absl::StrCat("run '", key.run, "' step ", key.step, " is already being committed"));
   }
-  if (!step.failure.ok()) return step.failure;
   if (step.payloads.empty()) {
     step.trainer_count = trainer_count;
   } else if (step.trainer_count != trainer_count) {
@@ -29,20 +58,21 @@ absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerP
                                                    step.trainer_count, " sent by other trainers of step ",
                                                    key.step));
   }
-  const int trainer = payload.trainer_id;
   if (!step.payloads.emplace(trainer, std::move(payload)).second) {
     return absl::AlreadyExistsError(absl::StrCat("trainer ", trainer, " already staged run '", key.run,
                                                  "' step ", key.step));
   }
+  step.staged_ids.insert(trainer);
   return absl::OkStatus();
 }
 
-void StepRegistry::FailStaging(const StepKey& key, const absl::Status& status) {
+void StepRegistry::FailStaging(const StepKey& key, int trainer, const absl::Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (outcomes_.count(key) > 0) return;
   PendingStep& step = pending_[key];
   if (step.committing || !step.failure.ok()) return;
   step.failure = status;
+  step.told.insert(trainer);
   step.payloads.clear();
 }
 
@@ -68,14 +98,13 @@ void StepRegistry::AddStepWaiter(const StepKey& key, Waiter w) {
   pending_[key].waiters.push_back(std::move(w));
 }
 
-void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count,
-                                    int64_t devices, int64_t mesh_size, Waiter w) {
+void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_id,
+                                    int trainer_count, int64_t devices, int64_t mesh_size, Waiter w) {
   std::lock_guard<std::mutex> lock(mu_);
   PendingBarrier& b = barriers_[{run, barrier_id}];
-  b.trainer_count = trainer_count;
-  b.devices += devices;
+  b.trainer_counts.insert(trainer_count);
   b.mesh_size = std::max(b.mesh_size, mesh_size);
-  b.waiters.push_back(std::move(w));
+  b.arrivals.push_back({trainer_id, devices, std::move(w)});
 }
 
 internal::RoundState StepRegistry::Snapshot() {
@@ -90,6 +119,7 @@ internal::RoundState StepRegistry::Snapshot() {
     p->set_staged(static_cast<int>(step.payloads.size()));
     for (const auto& [trainer, payload] : step.payloads) p->add_trainers(trainer);
     if (!step.failure.ok()) p->set_failure(std::string(step.failure.message()));
+    for (int trainer : step.told) p->add_told(trainer);
   }
   for (const auto& [key, count] : restoring_) {
     internal::StepRef* r = state.add_restoring();
@@ -100,9 +130,15 @@ internal::RoundState StepRegistry::Snapshot() {
     internal::BarrierProgress* p = state.add_barriers();
     p->set_run(key.first);
     p->set_barrier_id(key.second);
-    p->set_trainer_count(b.trainer_count);
-    p->set_arrived(static_cast<int>(b.waiters.size()));
-    p->set_devices(b.devices);
+    p->set_trainer_count(*b.trainer_counts.rbegin());
+    for (int count : b.trainer_counts) p->add_trainer_counts(count);
+    p->set_arrived(static_cast<int>(b.arrivals.size()));
+    int64_t devices = 0;
+    for (const BarrierArrival& a : b.arrivals) {
+      devices += a.devices;
+      p->add_trainer_ids(a.trainer_id);
+    }
+    p->set_devices(devices);
     p->set_mesh_size(b.mesh_size);
   }
   return state;
@@ -122,23 +158,36 @@ std::vector<TrainerPayload> StepRegistry::TakeForCommit(const StepKey& key) {
   return out;
 }
 
-void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome,
-                              int64_t bytes_written, absl::Duration took) {
+void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome, int64_t bytes_written,
+                              absl::Duration took, const std::set<int>& participants) {
   std::vector<Waiter> waiters;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::set<int> told = participants;
     auto it = pending_.find(key);
     if (it != pending_.end()) {
       waiters = std::move(it->second.waiters);
       bytes_in_flight_ -= it->second.in_flight_bytes;
+      told.insert(it->second.staged_ids.begin(), it->second.staged_ids.end());
+      told.insert(it->second.told.begin(), it->second.told.end());
       pending_.erase(it);
     }
     if (outcome.ok()) last_commit_timing_[key.run] = {absl::Now(), took};
     outcomes_[key] = outcome;
+    if (outcome.ok()) {
+      told_.erase(key);
+    } else {
+      told_[key] = std::move(told);
+    }
     outcome_order_.push_back(key);
     while (outcome_order_.size() > kOutcomesKept) {
-      outcomes_.erase(outcome_order_.front());
+      // A key retried after failing is listed twice; only its last listing forgets it.
+      const StepKey oldest = outcome_order_.front();
       outcome_order_.pop_front();
+      if (std::find(outcome_order_.begin(), outcome_order_.end(), oldest) == outcome_order_.end()) {
+        outcomes_.erase(oldest);
+        told_.erase(oldest);
+      }
     }
     if (outcome.ok()) {
       int64_t& last = last_committed_.try_emplace(key.run, -1).first->second;
@@ -156,7 +205,7 @@ void StepRegistry::FinishBarrier(const std::string& run, int64_t barrier_id,
     std::lock_guard<std::mutex> lock(mu_);
     auto it = barriers_.find({run, barrier_id});
     if (it == barriers_.end()) return;
-    waiters = std::move(it->second.waiters);
+    for (BarrierArrival& a : it->second.arrivals) waiters.push_back(std::move(a.waiter));
     barriers_.erase(it);
   }
   for (Waiter& w : waiters) w.done(outcome);
@@ -170,7 +219,7 @@ void StepRegistry::FailEverything(const absl::Status& status) {
       for (Waiter& w : step.waiters) waiters.push_back(std::move(w));
     }
     for (auto& [key, b] : barriers_) {
-      for (Waiter& w : b.waiters) waiters.push_back(std::move(w));
+      for (BarrierArrival& a : b.arrivals) waiters.push_back(std::move(a.waiter));
     }
     pending_.clear();
     barriers_.clear();
@@ -193,11 +242,18 @@ void StepRegistry::DropCancelledWaiters() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, step] : pending_) sweep(step.waiters);
-    // A barrier's arrival count is its waiter count: a trainer that gave up on a
-    // barrier no longer counts as arrived.
+    // A trainer that gave up on a barrier no longer counts as arrived.
     for (auto it = barriers_.begin(); it != barriers_.end();) {
-      sweep(it->second.waiters);
-      it = it->second.waiters.empty() ? barriers_.erase(it) : std::next(it);
+      std::vector<BarrierArrival>& arrivals = it->second.arrivals;
+      for (size_t i = 0; i < arrivals.size();) {
+        if (arrivals[i].waiter.cancelled && arrivals[i].waiter.cancelled()) {
+          dropped.push_back(std::move(arrivals[i].waiter));
+          arrivals.erase(arrivals.begin() + static_cast<long>(i));
+        } else {
+          ++i;
+        }
+      }
+      it = arrivals.empty() ? barriers_.erase(it) : std::next(it);
     }
   }
   for (Waiter& w : dropped) w.done(absl::CancelledError("caller went away"));

@@ -10,6 +10,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,17 +39,28 @@ struct Waiter {
   std::function<void(const absl::Status&)> done;
 };
 
+// A failed step and its retry: once an attempt of a step has failed (a trainer's Save
+// broke, a plan was invalid, a deadline passed), every trainer of that step gets
+// ABORTED with the original cause, whether it had staged already (through Wait) or
+// arrives later (its Save is refused at the header). A trainer that has already been
+// told of the failure (it staged, it was refused, or its own Save broke) and saves the
+// step again starts a fresh attempt, which every other trainer then joins.
 class StepRegistry {
  public:
-  // Stages one trainer's payload. ALREADY_EXISTS if the trainer already staged this
-  // step or the step is committed; FAILED_PRECONDITION if the step is being committed;
+  // Called when a Save header for `key` is accepted, before any bytes arrive. OK, or
+  // ALREADY_EXISTS if the step is committed, or ABORTED with the original cause if an
+  // attempt of the step failed and `trainer` had not been told (it is now).
+  absl::Status Admit(const StepKey& key, int trainer);
+
+  // Stages one trainer's payload. As Admit, plus ALREADY_EXISTS if the trainer already
+  // staged this step; FAILED_PRECONDITION if the step is being committed;
   // INVALID_ARGUMENT if trainer_count differs from other local trainers of the step.
   absl::Status Stage(const StepKey& key, int trainer_count, TrainerPayload payload);
 
-  // A trainer's Save for the step failed after its header was accepted (stream cut,
-  // bad data): the step is doomed, and every rank will fail it with `status`. Frees
-  // what this host staged for it.
-  void FailStaging(const StepKey& key, const absl::Status& status);
+  // Trainer `trainer`'s Save for the step failed after its header was accepted (stream
+  // cut, bad data): the step is doomed, and every rank will fail it with `status`.
+  // Frees what this host staged for it.
+  void FailStaging(const StepKey& key, int trainer, const absl::Status& status);
 
   // Restores in progress; retention leaves these steps alone.
   void BeginRestore(const StepKey& key);
@@ -56,15 +69,17 @@ class StepRegistry {
   // Calls w.done now if the step's outcome is known, else when it is.
   void AddStepWaiter(const StepKey& key, Waiter w);
   // `devices` and `mesh_size` are 0 when the trainer declared no mesh.
-  void AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_count, int64_t devices,
-                        int64_t mesh_size, Waiter w);
+  void AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_id, int trainer_count,
+                        int64_t devices, int64_t mesh_size, Waiter w);
 
   // Coordinator side.
   internal::RoundState Snapshot();
   std::vector<TrainerPayload> TakeForCommit(const StepKey& key);
   // `took`: the commit's duration, reported by Status for the run's last commit.
+  // `participants`: trainers that learn a failed outcome here (see the class comment);
+  // the trainers staged on this host always do.
   void FinishStep(const StepKey& key, const absl::Status& outcome, int64_t bytes_written,
-                  absl::Duration took = absl::ZeroDuration());
+                  absl::Duration took = absl::ZeroDuration(), const std::set<int>& participants = {});
   void FinishBarrier(const std::string& run, int64_t barrier_id, const absl::Status& outcome);
   void FailEverything(const absl::Status& status);
   void DropCancelledWaiters();
@@ -93,20 +108,30 @@ class StepRegistry {
     int64_t in_flight_bytes = 0;
     absl::Status failure;
     std::map<int, TrainerPayload> payloads;
+    std::set<int> staged_ids;  // every trainer that staged, kept after TakeForCommit
+    std::set<int> told;        // trainers that know `failure`
     std::vector<Waiter> waiters;
+  };
+  struct BarrierArrival {
+    int trainer_id = 0;
+    int64_t devices = 0;
+    Waiter waiter;
   };
   struct PendingBarrier {
-    int trainer_count = 0;
-    int64_t devices = 0;
+    std::set<int> trainer_counts;  // more than one: the trainers disagree
     int64_t mesh_size = 0;
-    std::vector<Waiter> waiters;
+    std::vector<BarrierArrival> arrivals;
   };
   static constexpr size_t kOutcomesKept = 4096;
+
+  // The Admit check, with mu_ held; `staging` when the trainer's bytes are in.
+  absl::Status AdmitLocked(const StepKey& key, int trainer, bool staging);
 
   std::mutex mu_;
   std::map<StepKey, PendingStep> pending_;
   std::map<std::pair<std::string, int64_t>, PendingBarrier> barriers_;
   std::map<StepKey, absl::Status> outcomes_;
+  std::map<StepKey, std::set<int>> told_;  // of failed outcomes: who knows
   std::deque<StepKey> outcome_order_;
   std::map<std::string, int64_t> last_committed_;
   std::map<StepKey, int> restoring_;

@@ -77,15 +77,48 @@ class FileSystem {
   absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 };
 
+// Forwards every call to `target` (LevelDB's EnvWrapper): a test file system overrides
+// only what it changes and still passes on every other method, the O_DIRECT writer
+// included. Does not own `target`, which must outlive it.
+class FileSystemWrapper : public FileSystem {
+ public:
+  explicit FileSystemWrapper(FileSystem* target) : target_(target) {}
+  FileSystem* target() const { return target_; }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return target_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return target_->NewRandomAccessFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
+    return target_->NewDirectWritableFile(path);
+  }
+  absl::Status CreateDir(const std::string& path, uint32_t mode) override { return target_->CreateDir(path, mode); }
+  absl::Status SetMode(const std::string& path, uint32_t mode) override { return target_->SetMode(path, mode); }
+  absl::Status Rename(const std::string& from, const std::string& to) override { return target_->Rename(from, to); }
+  absl::Status SyncDir(const std::string& path) override { return target_->SyncDir(path); }
+  absl::Status DeleteFile(const std::string& path) override { return target_->DeleteFile(path); }
+  absl::Status DeleteRecursively(const std::string& path) override { return target_->DeleteRecursively(path); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override { return target_->ListDir(path); }
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
+  bool IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
+  bool Exists(const std::string& path) override { return target_->Exists(path); }
+
+ private:
+  FileSystem* target_;
+};
+
 // The process-wide POSIX implementation. Never null; lives forever.
 FileSystem* PosixFileSystem();
 
 // A POSIX file system confined beneath `root` (an existing directory): every path
 // must lie under it; files are reached with openat2(RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS) from the root, so no symlink or ".." can lead outside; new
-// files are created O_EXCL|O_NOFOLLOW. A path outside the root is PERMISSION_DENIED;
-// one through a symlink fails with ELOOP's status. Thread-safe.
-absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root);
+// files are created O_EXCL|O_NOFOLLOW with `file_mode` (checkpoints are private to
+// their owner by default). A path outside the root is PERMISSION_DENIED; one through
+// a symlink fails with ELOOP's status. Thread-safe.
+absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root, uint32_t file_mode = 0600);
 
 std::string JoinPath(absl::string_view a, absl::string_view b);
 std::string DirName(absl::string_view path);

@@ -358,7 +358,8 @@ namespace {
 
 class ConfinedFs : public FileSystem {
  public:
-  ConfinedFs(std::string root, int root_fd) : root_(std::move(root)), root_fd_(root_fd) {}
+  ConfinedFs(std::string root, int root_fd, uint32_t file_mode)
+      : root_(std::move(root)), root_fd_(root_fd), file_mode_(file_mode) {}
   ~ConfinedFs() override { ::close(root_fd_); }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
@@ -367,7 +368,7 @@ class ConfinedFs : public FileSystem {
     if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0 && errno != ENOENT) {
       return ErrnoToStatus(errno, absl::StrCat("create ", path));
     }
-    int fd = ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -380,7 +381,8 @@ class ConfinedFs : public FileSystem {
     return OpenDirect(path, [&](int extra) {
       // A refused O_DIRECT may leave the file created: remove it before the retry.
       if (extra == 0) ::unlinkat(e.dir_fd, e.name.c_str(), 0);
-      return ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra, 0644);
+      return ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra,
+                      file_mode_);
     });
   }
 
@@ -543,11 +545,12 @@ class ConfinedFs : public FileSystem {
 
   std::string root_;
   int root_fd_;
+  uint32_t file_mode_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root) {
+absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root, uint32_t file_mode) {
   char resolved[PATH_MAX];
   if (::realpath(root.c_str(), resolved) == nullptr) return ErrnoToStatus(errno, absl::StrCat("resolve ", root));
   int fd = ::open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -562,7 +565,7 @@ absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string
     return ErrnoToStatus(err, "openat2 (Linux 5.6+) is needed to confine file access");
   }
   ::close(static_cast<int>(probe));
-  return std::unique_ptr<FileSystem>(new ConfinedFs(resolved, fd));
+  return std::unique_ptr<FileSystem>(new ConfinedFs(resolved, fd, file_mode));
 }
 
 }  // namespace ckptd

@@ -107,7 +107,13 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
     }
   }
   if (mesh.dims.empty()) return Malformed(text, "no dimensions");
-  if (mesh.size() > (int64_t{1} << 24)) return Malformed(text, "more than 2^24 devices");
+  // Checked one dimension at a time: the product of the sizes as given can overflow.
+  constexpr int64_t kMaxDevices = int64_t{1} << 24;
+  int64_t devices = 1;
+  for (const MeshDim& d : mesh.dims) {
+    if (d.size > kMaxDevices || devices * d.size > kMaxDevices) return Malformed(text, "more than 2^24 devices");
+    devices *= d.size;
+  }
   auto global = ParseIds(text, parts[2], "global device ids");
   if (!global.ok()) return global.status();
   mesh.global_device_ids = *global;

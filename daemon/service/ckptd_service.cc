@@ -27,8 +27,10 @@ constexpr size_t kRestoreReadThreads = 4;
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // absl and gRPC share the canonical code numbering. The message travels as HTTP/2
+  // metadata, which a client refuses past its limit (8 KiB by default), failing every
+  // call on the connection: it is bounded here.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), BoundMessage(status.message()));
 }
 
 grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
@@ -39,15 +41,65 @@ grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1:
   return ToGrpcStatus(s);
 }
 
+namespace {
+
+class ParseErrorInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit ParseErrorInterceptor(std::string method) : method_(std::move(method)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      // Every status of ours carries a message: an empty INTERNAL is gRPC's own
+      // "could not deserialize the request".
+      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the request to ", method_,
+                         " does not parse as its protobuf message (string fields must be valid UTF-8)")));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+};
+
+class ParseErrorInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new ParseErrorInterceptor(info->method());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewParseErrorInterceptorFactory() {
+  return std::make_unique<ParseErrorInterceptorFactory>();
+}
+
+absl::Status CkptdService::CheckTrainerCount(int trainer_count) const {
+  if (trainer_count > context_.max_trainers) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_count: ", trainer_count, " exceeds limits.max_trainers (",
+                                                   context_.max_trainers, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                                   v1::SaveResponse* response) {
   if (!accepting_) return absl::UnavailableError("ckptd is shutting down");
   const absl::Time started = absl::Now();
   v1::SaveRequest message;
   if (!reader->Read(&message) || !message.has_header()) {
-    return absl::InvalidArgumentError("header: the first message of a Save stream must be a header");
+    // gRPC drops a message that does not parse (proto3 refuses a string field that is
+    // not UTF-8) as if the stream had ended, so both cases land here.
+    return absl::InvalidArgumentError(
+        "header: the first message of a Save stream must be a header that parses (string fields such as run "
+        "and tensor names must be valid UTF-8)");
   }
   const v1::SaveHeader header = message.header();
+  RETURN_IF_ERROR(CheckTrainerCount(header.trainer_count()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
   if (header.tensors_size() > context_.max_tensors_per_request) {
     return absl::ResourceExhaustedError(absl::StrCat("tensors: ", header.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
@@ -71,6 +123,8 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
   const StepKey key{header.run(), header.step()};
+  // A trainer arriving after its step failed hears why now, before sending any bytes.
+  RETURN_IF_ERROR(registry_->Admit(key, header.trainer_id()));
   // Device memory this daemon cannot take, and a segment it cannot map, are refused
   // before the step counts on this trainer, so a client can fall back to host memory
   // or to streaming.
@@ -99,9 +153,11 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     // The trainer was part of this step: without its bytes the step cannot commit, so
     // it fails for every trainer now rather than at the deadline. Staged memory for
     // it is freed.
-    registry_->FailStaging(key, absl::Status(payload.status().code(),
-                                             absl::StrCat("trainer ", header.trainer_id(), "'s Save failed: ",
-                                                          payload.status().message())));
+    registry_->FailStaging(key, header.trainer_id(),
+                           absl::Status(payload.status().code(),
+                                        absl::StrCat("trainer ", header.trainer_id(), " on host ", HostName(),
+                                                     " (rank ", context_.rank, "): its Save broke off: ",
+                                                     payload.status().message())));
     return payload.status();
   }
   RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
@@ -239,6 +295,10 @@ grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, c
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
+  if (request->step() < 0) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("step: ", request->step(), " is negative"))));
+    return reactor;
+  }
   const StepKey key{request->run(), request->step()};
   response->set_path(store_->StepDir(key.run, key.step));
   // Committed before this daemon started: the directory is the proof.
@@ -256,6 +316,7 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = ValidateRunName(request->run());
+  if (s.ok()) s = CheckTrainerCount(request->trainer_count());
   if (s.ok() && (request->trainer_count() < 1 || request->trainer_id() < 0 ||
                  request->trainer_id() >= request->trainer_count())) {
     s = absl::InvalidArgumentError("trainer_id: must lie in [0, trainer_count) with trainer_count >= 1");
@@ -267,7 +328,7 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
     return reactor;
   }
   const int64_t mesh_size = placement->mesh.has_value() ? placement->mesh->size() : 0;
-  registry_->AddBarrierWaiter(request->run(), request->barrier_id(), request->trainer_count(),
+  registry_->AddBarrierWaiter(request->run(), request->barrier_id(), request->trainer_id(), request->trainer_count(),
                               static_cast<int64_t>(placement->device_ids.size()), mesh_size,
                               Waiter{[ctx] { return ctx->IsCancelled(); },
                                      [reactor](const absl::Status& st) { reactor->Finish(ToGrpcStatus(st)); }});
@@ -289,8 +350,14 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   int64_t step = request.step();
   std::unique_ptr<BundleReader> reader;
   std::string note;
+  if (request.tensors_size() > context_.max_tensors_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", request.tensors_size(),
+                                                     " in one request exceed limits.max_tensors_per_request (",
+                                                     context_.max_tensors_per_request, ")"));
+  }
   if (request.latest() && request.fallback()) {
     ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->ListSteps(request.run()));
+    if (steps.empty()) return absl::NotFoundError(absl::StrCat("run '", request.run(), "' has no committed step"));
     for (auto it = steps.rbegin(); it != steps.rend() && reader == nullptr; ++it) {
       auto candidate = BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), *it)),
                                           context_.max_index_bytes);
@@ -405,9 +472,9 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
     for (const std::string& name : reader->TensorNames()) {
       if (name.rfind(prefix_name, 0) != 0) continue;
       const tf::BundleEntryProto& entry = *reader->Find(name);
-      RETURN_IF_ERROR(reader->CheckEntryRange(name, entry));
+      RETURN_IF_ERROR(reader->CheckEntryRange(absl::StrCat("'", name, "'"), entry));
       std::string encoded(static_cast<size_t>(entry.size()), '\0');
-      RETURN_IF_ERROR(reader->ReadEntry(name, entry, encoded.data()));
+      RETURN_IF_ERROR(reader->ReadEntry(absl::StrCat("'", name, "'"), entry, encoded.data()));
       ASSIGN_OR_RETURN(std::string value, DecodeStringScalar(encoded));
       (*header->mutable_trainer_state())[name.substr(prefix_name.size())] = std::move(value);
     }
@@ -502,12 +569,12 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
   for (size_t i = 0; i < buffers.size(); ++i) {
-    for (size_t off = 0; off < buffers[i].size(); off += kMaxChunkBytes) {
+    for (size_t off = 0; off < buffers[i].size(); off += kRestoreChunkBytes) {
       v1::RestoreResponse chunk_message;
       v1::RestoreChunk* chunk = chunk_message.mutable_chunk();
       chunk->set_tensor_index(static_cast<int>(i));
       chunk->set_offset(static_cast<int64_t>(off));
-      chunk->set_data(buffers[i].substr(off, kMaxChunkBytes));
+      chunk->set_data(buffers[i].substr(off, kRestoreChunkBytes));
       if (!writer->Write(chunk_message)) return absl::CancelledError("client went away");
     }
     std::string().swap(buffers[i]);

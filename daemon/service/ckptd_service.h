@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/coord/checkpoint_store.h"
 #include "daemon/coord/step_registry.h"
@@ -22,6 +24,11 @@ namespace ckptd {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// gRPC answers a request that does not parse with INTERNAL and an empty message
+// before any handler runs; this interceptor turns that into INVALID_ARGUMENT naming
+// the method, so a client learns its request was malformed.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewParseErrorInterceptorFactory();
+
 struct ServiceContext {
   int rank = 0;
   int num_ranks = 1;
@@ -29,6 +36,7 @@ struct ServiceContext {
   uint64_t max_index_bytes = 1ull << 30;
   int64_t max_tensors_per_request = 100000;
   int64_t max_request_bytes = int64_t{64} << 30;
+  int max_trainers = 16384;
   std::string tcp_address;  // filled in once the TCP listener is up
 };
 
@@ -69,6 +77,8 @@ class CkptdService final
                       v1::StatusResponse* response) override;
 
  private:
+  // INVALID_ARGUMENT past limits.max_trainers.
+  absl::Status CheckTrainerCount(int trainer_count) const;
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);
   // Receives the data chunks after a validated header into staged buffers.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
 #include "daemon/io/file_system.h"
+#include "daemon/io/private_dir.h"
 
 namespace ckptd {
 
@@ -50,14 +51,9 @@ absl::StatusOr<pid_t> PeerTable::LocalPid(const std::string& grpc_peer) const {
 }
 
 absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(const std::string& path, gid_t group) {
-  FileSystem* fs = PosixFileSystem();
   const std::string dir = DirName(path);
   const bool grouped = group != static_cast<gid_t>(-1);
-  RETURN_IF_ERROR(fs->CreateDirs(dir, 0700));
-  if (grouped && ::chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("chown ", dir));
-  }
-  RETURN_IF_ERROR(fs->SetMode(dir, grouped ? 0750 : 0700));
+  RETURN_IF_ERROR(PreparePrivateDirectory(dir, group, "socket_path"));
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {

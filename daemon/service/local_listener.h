@@ -54,7 +54,10 @@ class PeerTable {
 class LocalListener {
  public:
   // Creates the socket's directory (mode 0700, or 0750 owned by `group` when group
-  // >= 0) and listens on `path` (mode 0600 or 0660), replacing a stale socket.
+  // >= 0; a directory another user owns or can write is refused, see
+  // PreparePrivateDirectory) and listens on `path` (mode 0600 or 0660), replacing a
+  // stale socket. The caller holds the socket's ProcessLock, so the socket replaced
+  // is never a live daemon's.
   static absl::StatusOr<std::unique_ptr<LocalListener>> Listen(const std::string& path, gid_t group);
   ~LocalListener();
 

@@ -30,7 +30,8 @@ absl::Status ValidateRunName(const std::string& run) {
 }
 
 Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box) {
-  if (!has_box) return Box::Full(shape);
+  // Unset, or set with no dimensions: the whole tensor (as the proto says).
+  if (!has_box || (proto.start().empty() && proto.length().empty())) return Box::Full(shape);
   return Box{{proto.start().begin(), proto.start().end()}, {proto.length().begin(), proto.length().end()}};
 }
 

@@ -16,6 +16,10 @@ const char* FsOpName(FsOp op) {
     case FsOp::kSync: return "fsync";
     case FsOp::kRename: return "rename";
     case FsOp::kMkdir: return "mkdir";
+    case FsOp::kDelete: return "delete";
+    case FsOp::kList: return "list";
+    case FsOp::kStat: return "stat";
+    case FsOp::kRead: return "read";
     case FsOp::kAny: return "any";
   }
   return "?";
@@ -58,6 +62,22 @@ class FaultWritableFile : public WritableFile {
   std::string path_;
   std::unique_ptr<WritableFile> base_;
   uint64_t written_ = 0;
+};
+
+class FaultRandomAccessFile : public RandomAccessFile {
+ public:
+  FaultRandomAccessFile(FaultFileSystem* fs, std::string path, std::unique_ptr<RandomAccessFile> base)
+      : fs_(fs), path_(std::move(path)), base_(std::move(base)) {}
+  absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+    RETURN_IF_ERROR(fs_->Check(FsOp::kRead, path_));
+    return base_->Read(offset, n, dst);
+  }
+  uint64_t Size() const override { return base_->Size(); }
+
+ private:
+  FaultFileSystem* fs_;
+  std::string path_;
+  std::unique_ptr<RandomAccessFile> base_;
 };
 
 void FaultFileSystem::Arm(const FaultSpec& spec) {
@@ -115,10 +135,11 @@ void FaultFileSystem::FileSynced(const std::string& path, uint64_t size, bool ok
   }
 }
 
-absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewWritableFile(const std::string& path) {
+template <typename Open>
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::OpenForWrite(const std::string& path, Open open) {
   RETURN_IF_ERROR(Check(FsOp::kOpen, path));
   const bool existed = base_->Exists(path);
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, open());
   {
     std::lock_guard<std::mutex> lock(mu_);
     size_[path] = 0;
@@ -129,12 +150,41 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewWritableFile(c
   return std::unique_ptr<WritableFile>(new FaultWritableFile(this, path, std::move(file)));
 }
 
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewWritableFile(const std::string& path) {
+  return OpenForWrite(path, [&] { return base_->NewWritableFile(path); });
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewDirectWritableFile(const std::string& path) {
+  return OpenForWrite(path, [&] { return base_->NewDirectWritableFile(path); });
+}
+
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultFileSystem::NewRandomAccessFile(const std::string& path) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (crashed_) return ErrnoToStatus(EIO, absl::StrCat("(crashed) open ", path));
-  }
-  return base_->NewRandomAccessFile(path);
+  RETURN_IF_ERROR(Check(FsOp::kOpen, path));
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, base_->NewRandomAccessFile(path));
+  return std::unique_ptr<RandomAccessFile>(new FaultRandomAccessFile(this, path, std::move(file)));
+}
+
+absl::Status FaultFileSystem::SetMode(const std::string& path, uint32_t mode) {
+  RETURN_IF_ERROR(Check(FsOp::kStat, path));
+  return base_->SetMode(path, mode);
+}
+
+absl::StatusOr<std::vector<std::string>> FaultFileSystem::ListDir(const std::string& path) {
+  RETURN_IF_ERROR(Check(FsOp::kList, path));
+  return base_->ListDir(path);
+}
+
+absl::StatusOr<uint64_t> FaultFileSystem::FileSize(const std::string& path) {
+  RETURN_IF_ERROR(Check(FsOp::kStat, path));
+  return base_->FileSize(path);
+}
+
+bool FaultFileSystem::IsDirectory(const std::string& path) {
+  return Check(FsOp::kStat, path).ok() && base_->IsDirectory(path);
+}
+
+bool FaultFileSystem::Exists(const std::string& path) {
+  return Check(FsOp::kStat, path).ok() && base_->Exists(path);
 }
 
 absl::Status FaultFileSystem::CreateDir(const std::string& path, uint32_t mode) {
@@ -181,18 +231,12 @@ absl::Status FaultFileSystem::SyncDir(const std::string& path) {
 }
 
 absl::Status FaultFileSystem::DeleteFile(const std::string& path) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (crashed_) return ErrnoToStatus(EIO, absl::StrCat("(crashed) unlink ", path));
-  }
+  RETURN_IF_ERROR(Check(FsOp::kDelete, path));
   return base_->DeleteFile(path);
 }
 
 absl::Status FaultFileSystem::DeleteRecursively(const std::string& path) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (crashed_) return ErrnoToStatus(EIO, absl::StrCat("(crashed) remove ", path));
-  }
+  RETURN_IF_ERROR(Check(FsOp::kDelete, path));
   return base_->DeleteRecursively(path);
 }
 

@@ -1,5 +1,6 @@
-// FaultFileSystem: a FileSystem for tests that wraps a real one and (1) fails the Nth
-// open / write / sync / rename / mkdir with an errno, (2) tears a write short, (3)
+// FaultFileSystem: a FileSystem for tests that wraps a real one (FileSystemWrapper) and
+// (1) fails the Nth open (buffered, O_DIRECT or for reading) / write / sync / rename /
+// mkdir / delete / list / stat / read with an errno, (2) tears a write short, (3)
 // "crashes" at the Nth operation: that one and all later ones fail, and
 // SimulateCrash() then rolls the real directory back to what a crash would leave, the
 // LevelDB/RocksDB model: bytes written since a file's last Sync are dropped, and
@@ -19,7 +20,9 @@
 
 namespace ckptd::testing {
 
-enum class FsOp { kOpen, kWrite, kSync, kRename, kMkdir, kAny };
+// kStat covers FileSize, SetMode, Exists and IsDirectory (a failed Exists or
+// IsDirectory answers false, as a failing stat would); kRead a RandomAccessFile read.
+enum class FsOp { kOpen, kWrite, kSync, kRename, kMkdir, kDelete, kList, kStat, kRead, kAny };
 const char* FsOpName(FsOp op);
 
 struct FaultSpec {
@@ -30,9 +33,9 @@ struct FaultSpec {
   bool crash = false;    // this op and every later one fail with EIO
 };
 
-class FaultFileSystem : public FileSystem {
+class FaultFileSystem : public FileSystemWrapper {
  public:
-  explicit FaultFileSystem(FileSystem* base) : base_(base) {}
+  explicit FaultFileSystem(FileSystem* base) : FileSystemWrapper(base), base_(base) {}
 
   void Arm(const FaultSpec& spec);
   bool fired() const;
@@ -43,20 +46,25 @@ class FaultFileSystem : public FileSystem {
   void SimulateCrash();
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
   absl::Status CreateDir(const std::string& path, uint32_t mode) override;
-  absl::Status SetMode(const std::string& path, uint32_t mode) override { return base_->SetMode(path, mode); }
+  absl::Status SetMode(const std::string& path, uint32_t mode) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status DeleteFile(const std::string& path) override;
   absl::Status DeleteRecursively(const std::string& path) override;
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override { return base_->ListDir(path); }
-  absl::StatusOr<uint64_t> FileSize(const std::string& path) override { return base_->FileSize(path); }
-  bool IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  bool Exists(const std::string& path) override { return base_->Exists(path); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override;
+  bool IsDirectory(const std::string& path) override;
+  bool Exists(const std::string& path) override;
 
  private:
   friend class FaultWritableFile;
+  friend class FaultRandomAccessFile;
+  // Opens through `open` (buffered or O_DIRECT) with the bookkeeping of a new file.
+  template <typename Open>
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenForWrite(const std::string& path, Open open);
   // OK, or the injected error for this operation. `torn` is set for a torn write.
   absl::Status Check(FsOp op, const std::string& path, bool* torn = nullptr);
   void FileAppended(const std::string& path, uint64_t size);

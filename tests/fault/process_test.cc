@@ -208,6 +208,168 @@ TEST(ProcessFaultTest, BrokenTrainerStreamFailsTheStepForEveryoneAndFreesMemory)
   EXPECT_EQ(cluster.Stop(), 0);
 }
 
+// A Save stream opened by hand, as any gRPC client (or a trainer about to die) would.
+struct RawSave {
+  grpc::ClientContext ctx;
+  v1::SaveResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer;
+};
+
+// Rows [2t, 2t+2) of "w" (8 x 8 float32), the part trainer t of 4 holds at `step`.
+std::vector<float> RowsOf(int t, int64_t step) {
+  std::vector<float> rows(16);
+  for (int i = 0; i < 16; ++i) rows[i] = static_cast<float>(step * 1000 + t * 16 + i);
+  return rows;
+}
+
+std::unique_ptr<RawSave> OpenRawSave(const std::string& address, const std::string& run, int64_t step, int trainer) {
+  auto save = std::make_unique<RawSave>();
+  auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());
+  save->writer = v1::Ckptd::NewStub(channel)->Save(&save->ctx, &save->response);
+  v1::SaveRequest header;
+  v1::SaveHeader* h = header.mutable_header();
+  h->set_run(run);
+  h->set_step(step);
+  h->set_trainer_id(trainer);
+  h->set_trainer_count(4);
+  v1::TensorDescriptor* t = h->add_tensors();
+  t->set_name("w");
+  t->set_dtype(kDtFloat);
+  t->add_shape(8);
+  t->add_shape(8);
+  t->mutable_box()->add_start(2 * trainer);
+  t->mutable_box()->add_start(0);
+  t->mutable_box()->add_length(2);
+  t->mutable_box()->add_length(8);
+  if (!save->writer->Write(header)) return nullptr;
+  return save;
+}
+
+absl::Status SaveRows(Client& client, const std::string& run, int64_t step, int t) {
+  const std::vector<float> rows = RowsOf(t, step);
+  return client.Save(run, step, t, 4, {{"w", kDtFloat, {8, 8}, {2 * t, 0}, {2, 8}, rows.data(), rows.size() * 4}})
+      .status();
+}
+
+TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCause) {
+  // A long commit timeout: a trainer wrongly taken into a fresh attempt would wait
+  // for it and end with DEADLINE_EXCEEDED instead of ABORTED.
+  Cluster cluster(kRanks, "", {"--commit-timeout", "60s"});
+  ASSERT_TRUE(cluster.Start().ok());
+  // Trainers 0 and 1 use daemon 0, trainers 2 and 3 daemon 1.
+  auto client0 = cluster.Connect(0), client1 = cluster.Connect(1);
+  // Before the failure: trainer 0 has staged, trainer 2 is mid-stream.
+  ASSERT_TRUE(SaveRows(*client0, "die", 1, 0).ok());
+  const std::vector<float> rows2 = RowsOf(2, 1);
+  std::unique_ptr<RawSave> trainer2 = OpenRawSave(cluster.Address(1), "die", 1, 2);
+  ASSERT_NE(trainer2, nullptr);
+  v1::SaveRequest first_half;
+  first_half.set_data(std::string(reinterpret_cast<const char*>(rows2.data()), 32));
+  ASSERT_TRUE(trainer2->writer->Write(first_half));
+  // Trainer 1 dies mid-Save: its header and some bytes arrive, then the connection
+  // goes, as when the process is killed.
+  {
+    std::unique_ptr<RawSave> trainer1 = OpenRawSave(cluster.Address(0), "die", 1, 1);
+    ASSERT_NE(trainer1, nullptr);
+    v1::SaveRequest some;
+    some.set_data(std::string(20, 'x'));
+    ASSERT_TRUE(trainer1->writer->Write(some));
+    trainer1->ctx.TryCancel();
+    EXPECT_FALSE(trainer1->writer->Finish().ok());
+  }
+  const absl::Time failed_at = absl::Now();
+  const std::string cause = absl::StrCat("trainer 1 on host ", HostName(), " (rank 0)");
+  // Already staged: trainer 0 hears why.
+  const absl::Status waited0 = client0->Wait("die", 1, absl::Seconds(30));
+  EXPECT_EQ(waited0.code(), absl::StatusCode::kAborted) << waited0;
+  EXPECT_NE(waited0.message().find(cause), absl::string_view::npos) << waited0;
+  // Daemon 1 knows too (a trainer of the step waiting there hears the same).
+  const absl::Status waited1 = client1->Wait("die", 1, absl::Seconds(30));
+  EXPECT_EQ(waited1, waited0);
+  // Arriving afterwards: trainer 3 is refused at once with the same cause.
+  const absl::Status late = SaveRows(*client1, "die", 1, 3);
+  const absl::Duration took = absl::Now() - failed_at;
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted) << late;
+  EXPECT_EQ(late.message(), waited0.message());
+  // In flight across the failure: trainer 2's Save ends ABORTED with that cause too,
+  // not with an error of another trainer's request.
+  v1::SaveRequest second_half;
+  second_half.set_data(std::string(reinterpret_cast<const char*>(rows2.data()) + 32, 32));
+  trainer2->writer->Write(second_half);
+  trainer2->writer->WritesDone();
+  const grpc::Status finished2 = trainer2->writer->Finish();
+  EXPECT_EQ(finished2.error_code(), grpc::StatusCode::ABORTED) << finished2.error_message();
+  EXPECT_EQ(finished2.error_message(), std::string(waited0.message()));
+  std::printf("trainer death: every trainer of the step told within %s\n", absl::FormatDuration(took).c_str());
+  auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("die");
+  ASSERT_TRUE(steps.ok());
+  EXPECT_TRUE(steps->empty());
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(cluster.Connect(rank)->Status()->bytes_staged(), 0);
+
+  // The retry: every trainer, the one that died (restarted) included, saves the step
+  // again, and it commits bit-exact.
+  auto retry = RunTrainers(4, [&](int t) -> absl::Status {
+    auto client = cluster.Connect(t / 2);
+    RETURN_IF_ERROR(SaveRows(*client, "die", 1, t));
+    return client->Wait("die", 1, absl::Seconds(30));
+  });
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(retry[t].ok()) << "trainer " << t << ": " << retry[t];
+  std::vector<float> all(64);
+  ASSERT_TRUE(client0->Restore("die", 1, {RestoreTarget{"w", kDtFloat, {8, 8}, {}, {}, all.data(), 256}}).ok());
+  for (int t = 0; t < 4; ++t) {
+    const std::vector<float> rows = RowsOf(t, 1);
+    EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + 16 * t)) << "rows of trainer " << t;
+  }
+  // The log line of the failed step names the trainer, host and rank.
+  EXPECT_NE(ReadLog(cluster.log()).find(absl::StrCat("run 'die' step 1 failed: ", cause)), std::string::npos);
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+TEST(ProcessFaultTest, SurvivorStopsOnSigtermWhenItsPeerIsDead) {
+  // mpirun escalates to SIGKILL after odls_base_sigkill_timeout (1 s by default); a
+  // longer one makes this a launcher that sends SIGTERM and waits (Slurm, systemd),
+  // so the daemon must stop by itself: had it not, mpirun's SIGKILL would leave no
+  // "stopped" line in the log.
+  ::setenv("OMPI_MCA_odls_base_sigkill_timeout", "5", 1);
+  Cluster cluster(kRanks, "", {"--commit-timeout", "60s"});
+  const absl::Status started = cluster.Start();
+  ::unsetenv("OMPI_MCA_odls_base_sigkill_timeout");
+  ASSERT_TRUE(started.ok()) << started;
+  const pid_t rank0 = cluster.Pid(0), rank1 = cluster.Pid(1);
+  ASSERT_GT(rank0, 0);
+  ASSERT_GT(rank1, 0);
+  auto client0 = cluster.Connect(0);
+  const std::vector<float> w = ExpectedW(kRanks, 1);
+  const std::vector<int64_t> r = ExpectedR(1);
+  ASSERT_TRUE(client0->Save("alone", 1, 0, kRanks,
+                            {{"w", kDtFloat, {4, 8}, {0, 0}, {2, 8}, w.data(), 64},
+                             {"r", kDtInt64, {16}, {}, {}, r.data(), 128}}).ok());
+  absl::Status waited;
+  std::thread waiter([&] { waited = client0->Wait("alone", 1, absl::Seconds(120)); });
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  const absl::Time signalled = absl::Now();
+  ASSERT_EQ(::kill(rank0, SIGTERM), 0);
+  // The daemon is mpirun's child, not ours: it is gone once /proc says so.
+  absl::Duration stopped_in = absl::InfiniteDuration();
+  while (absl::Now() - signalled < absl::Seconds(30)) {
+    std::string state = ReadLog(absl::StrCat("/proc/", rank0, "/stat"));
+    if (state.empty() || state.find(") Z ") != std::string::npos) {
+      stopped_in = absl::Now() - signalled;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  cluster.WaitForExit();
+  waiter.join();
+  std::printf("survivor stopped %s after SIGTERM\n", absl::FormatDuration(stopped_in).c_str());
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+  const std::string log = ReadLog(cluster.log());
+  EXPECT_NE(log.find("[rank 0] [warning] ckptd stopped without its peers (exit 4)"), std::string::npos) << log;
+  auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("alone");
+  ASSERT_TRUE(steps.ok());
+  EXPECT_TRUE(steps->empty());
+}
+
 TEST(ProcessFaultTest, CorruptionIsDataLossAndFallbackFindsTheNewestGoodStep) {
   Cluster cluster(kRanks);
   ASSERT_TRUE(cluster.Start().ok());
@@ -292,7 +454,8 @@ TEST(ProcessFaultTest, RetentionKeepsLastAndEveryKthAndNeverTheNewest) {
 
 TEST(ProcessFaultTest, DiskFullFailsTheStepCleanlyAndTheNextSaveSucceeds) {
   TempDir mount_point;
-  if (::mount("tmpfs", mount_point.path().c_str(), "tmpfs", 0, "size=4m") != 0) {
+  // mode=0700: a fresh tmpfs is world-writable (1777), which a root must not be.
+  if (::mount("tmpfs", mount_point.path().c_str(), "tmpfs", 0, "size=4m,mode=0700") != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): " << std::strerror(errno);
   }
   {
@@ -309,7 +472,11 @@ TEST(ProcessFaultTest, DiskFullFailsTheStepCleanlyAndTheNextSaveSucceeds) {
                           .status());
       return client->Wait("full", 2);
     });
-    for (const absl::Status& s : results) EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    for (const absl::Status& s : results) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      // Where it failed: every trainer hears the rank and host.
+      EXPECT_NE(s.message().find(absl::StrCat("(host ", HostName(), ")")), absl::string_view::npos) << s;
+    }
     std::vector<int64_t> visible;
     EXPECT_EQ(CheckVisibleState(mount_point.path(), "full", kRanks, true, &visible), "");
     EXPECT_EQ(visible, (std::vector<int64_t>{1}));

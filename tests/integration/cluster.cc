@@ -49,9 +49,22 @@ absl::Status Cluster::Start() {
     ::_exit(127);
   }
   ::setpgid(mpirun_, mpirun_);
+  // Connects to every daemon; a job that exits first (a daemon refused to start) is
+  // reported with its exit code at once instead of after the connect timeout.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
   for (int rank = 0; rank < ranks_; ++rank) {
-    auto client = Client::Connect(Address(rank), absl::Seconds(60));
-    if (!client.ok()) return client.status();
+    while (true) {
+      auto client = Client::Connect(Address(rank), absl::Milliseconds(250));
+      if (client.ok()) break;
+      int wstatus = 0;
+      if (::waitpid(mpirun_, &wstatus, WNOHANG) == mpirun_) {
+        mpirun_ = -1;
+        exit_code_ = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+        return absl::FailedPreconditionError(absl::StrCat("the daemons exited with status ", exit_code_,
+                                                          " before rank ", rank, " answered; see ", log()));
+      }
+      if (absl::Now() > deadline) return client.status();
+    }
   }
   return absl::OkStatus();
 }

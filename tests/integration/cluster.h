@@ -24,8 +24,10 @@ class Cluster {
       : ranks_(ranks), root_(std::move(root)), extra_args_(std::move(extra_args)) {}
   ~Cluster();
 
-  // Starts the job and waits until every daemon accepts connections.
+  // Starts the job and waits until every daemon accepts connections. If the job exits
+  // first, FAILED_PRECONDITION, and exit_code() says how it exited.
   absl::Status Start();
+  int exit_code() const { return exit_code_; }
   // SIGTERM to one daemon (all ranks then stop together); returns mpirun's exit code.
   int Stop();
 
@@ -45,6 +47,7 @@ class Cluster {
   std::vector<std::string> extra_args_;
   TempDir dir_;
   pid_t mpirun_ = -1;
+  int exit_code_ = -1;
 };
 
 // Runs fn(trainer) on `count` threads and returns each one's status, by trainer id.

@@ -162,6 +162,13 @@ class ReshardTest : public ::testing::Test {
     }
   }
 
+  // Another job may restore from the root only once the saver's daemons are gone:
+  // one daemon per rank and root.
+  void StopSaver() {
+    EXPECT_EQ(saver_->Stop(), 0);
+    saver_.reset();
+  }
+
   std::string Prefix() const { return CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), root_.path()).StepDir(kRun, 1)); }
 
   TempDir root_;
@@ -175,6 +182,7 @@ std::vector<std::vector<std::string>> SavedSpecs() {
 }
 
 TEST_F(ReshardTest, RestoresOnThreeDaemonsWithMeshX3Y2) {
+  StopSaver();
   Cluster three(3, root_.path());
   ASSERT_TRUE(three.Start().ok());
   const std::vector<std::vector<std::string>> specs = {{"x", "y"},  {"unsharded", "y"}, {"x"}, {"y", "unsharded"},
@@ -189,6 +197,7 @@ TEST_F(ReshardTest, RestoresOnThreeDaemonsWithMeshX3Y2) {
 }
 
 TEST_F(ReshardTest, RestoresOnOneDaemonWithOneDevice) {
+  StopSaver();
   Cluster one(1, root_.path());
   ASSERT_TRUE(one.Start().ok());
   const std::vector<std::vector<std::string>> specs = {{"x", "unsharded"}, {"unsharded", "x"}, {"x"}, {"x", "unsharded"},

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
 #include "daemon/coord/checkpoint_store.h"
 #include "tests/common/temp_dir.h"
 #include "tests/integration/cluster.h"
@@ -223,6 +225,131 @@ TEST(SecurityTest, HundredConcurrentClientsStayWithinLimits) {
   }
   std::printf("load test: 100 clients, %d served, %d refused with a clear status\n", ok.load(), refused.load());
   EXPECT_EQ(cluster.Stop(), 0);
+}
+
+// Starts daemons by hand (mpirun's MPMD form lets each rank have its own flags) and
+// returns mpirun's exit status; the daemons' output goes to *out.
+int RunDaemons(const std::vector<std::string>& per_rank_args, std::string* out) {
+  std::string command = absl::StrCat("timeout 120 ", MPIEXEC, " --allow-run-as-root --oversubscribe");
+  for (size_t i = 0; i < per_rank_args.size(); ++i) {
+    absl::StrAppend(&command, i == 0 ? "" : " :", " -np 1 ", CKPTD_BINARY, " ", per_rank_args[i]);
+  }
+  return RunCommand(command, out);
+}
+
+std::string Mode(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::StrCat(path, ": missing");
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return text;
+}
+
+TEST(SecurityTest, CheckpointsArePrivateToTheirOwner) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to switch to an unprivileged uid with setpriv";
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<float> data(256, 1.5f);
+  auto client = cluster.Connect(0);
+  ASSERT_TRUE(SaveSmall(*client, "private", 1, &data).ok());
+  EXPECT_EQ(cluster.Stop(), 0);
+  const CheckpointStore store(PosixFileSystem(), cluster.root());
+  const std::string step = store.StepDir("private", 1);
+  for (const std::string& dir : {cluster.root(), store.RunDir("private"), step}) EXPECT_EQ(Mode(dir), "0700") << dir;
+  const std::vector<std::string> files = {IndexPath(CheckpointStore::Prefix(step)),
+                                          DataPath(CheckpointStore::Prefix(step), 0, 1), JoinPath(step, "ckptd.json"),
+                                          JoinPath(store.RunDir("private"), "checkpoint")};
+  for (const std::string& file : files) EXPECT_EQ(Mode(file), "0600") << file;
+  // Even with every directory on the way opened up, another user reads no file.
+  for (const std::string& dir : {cluster.dir(), cluster.root(), store.RunDir("private"), step}) {
+    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0) << dir;
+  }
+  for (const std::string& file : files) {
+    std::string out;
+    EXPECT_NE(RunCommand(absl::StrCat("setpriv --reuid 65534 --regid 65534 --clear-groups cat ", file), &out), 0)
+        << file << " is readable by uid 65534";
+  }
+}
+
+TEST(SecurityTest, CheckpointGroupMakesThemReadableByThatGroupOnly) {
+  TempDir configs;
+  const std::string config = WriteConfig(configs, "g.yaml", "security:\n  checkpoint_group: '65534'\n");
+  Cluster cluster(1, "", {"--config", config});
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<float> data(16, 2.0f);
+  ASSERT_TRUE(SaveSmall(*cluster.Connect(0), "shared", 1, &data).ok());
+  EXPECT_EQ(cluster.Stop(), 0);
+  const CheckpointStore store(PosixFileSystem(), cluster.root());
+  const std::string step = store.StepDir("shared", 1);
+  EXPECT_EQ(Mode(cluster.root()), "2750");
+  struct stat st;
+  for (const std::string& path : {step, IndexPath(CheckpointStore::Prefix(step))}) {
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_gid, 65534u) << path;
+    EXPECT_EQ(st.st_mode & 0777, S_ISDIR(st.st_mode) ? 0750u : 0640u) << path;
+  }
+}
+
+TEST(SecurityTest, RootOrSocketDirectoryOfAnotherUserOrWritableByOthersIsRefused) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to create directories owned by another uid";
+  TempDir dir;
+  const std::string squatted = dir.Sub("squatted"), open = dir.Sub("open"), sockets = dir.Sub("sockets");
+  ASSERT_EQ(::mkdir(squatted.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(squatted.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open.c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir(sockets.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(sockets.c_str(), 65534, 65534), 0);
+  struct Case {
+    std::string args, expected;
+  };
+  const std::vector<Case> cases = {
+      {absl::StrCat("--root ", squatted, " --socket ", dir.Sub("s1/ckptd.sock")), "is owned by uid 65534"},
+      {absl::StrCat("--root ", open, " --socket ", dir.Sub("s2/ckptd.sock")), "is writable by every user"},
+      {absl::StrCat("--root ", dir.Sub("root3"), " --socket ", sockets, "/ckptd.sock"), "is owned by uid 65534"},
+  };
+  for (const Case& c : cases) {
+    std::string out;
+    EXPECT_EQ(RunDaemons({c.args}, &out), 2) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << c.args << "\n" << out;
+  }
+  // Nothing was planted into the squatter's directories.
+  EXPECT_TRUE(PosixFileSystem()->ListDir(squatted)->empty());
+  EXPECT_TRUE(PosixFileSystem()->ListDir(sockets)->empty());
+}
+
+TEST(SecurityTest, SecondDaemonOnTheSameSocketOrRootRefusesNamingTheHolder) {
+  Cluster first(1);
+  ASSERT_TRUE(first.Start().ok());
+  const pid_t holder = first.Pid(0);
+  ASSERT_GT(holder, 0);
+  TempDir other;
+  std::string out;
+  // Same socket, another root: the running daemon keeps its socket.
+  EXPECT_EQ(RunDaemons({absl::StrCat("--root ", other.Sub("root"), " --socket ", first.Address(0))}, &out), 2) << out;
+  EXPECT_NE(out.find(absl::StrCat("socket ", first.Address(0), " is in use by another ckptd (pid ", holder, ",")),
+            std::string::npos)
+      << out;
+  // Same root and rank, another socket.
+  EXPECT_EQ(RunDaemons({absl::StrCat("--root ", first.root(), " --socket ", other.Sub("sock/ckptd.sock"))}, &out), 2)
+      << out;
+  EXPECT_NE(out.find(absl::StrCat("is in use by another ckptd (pid ", holder, ",")), std::string::npos) << out;
+  // The first daemon still serves on its socket.
+  std::vector<float> data(8, 3.0f);
+  EXPECT_TRUE(SaveSmall(*first.Connect(0), "still", 1, &data).ok());
+  EXPECT_EQ(first.Stop(), 0);
+}
+
+TEST(SecurityTest, RanksThatDoNotShareTheRootRefuseToStart) {
+  TempDir dir;
+  std::string out;
+  const int rc = RunDaemons({absl::StrCat("--root ", dir.Sub("host0"), " --socket ", dir.Sub("s/0.sock")),
+                             absl::StrCat("--root ", dir.Sub("host1"), " --socket ", dir.Sub("s/1.sock"))},
+                            &out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("rank 1 on host "), std::string::npos) << out;
+  EXPECT_NE(out.find("does not see the checkpoint root"), std::string::npos) << out;
+  EXPECT_NE(out.find("every daemon must use one shared root"), std::string::npos) << out;
 }
 
 }  // namespace

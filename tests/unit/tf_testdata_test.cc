@@ -1,4 +1,4 @@
-// The reader against checkpoints TensorFlow itself wrote (shared/testdata/tf): every
+// The reader against checkpoints TensorFlow itself wrote (tests/testdata/tf): every
 // entry's key, dtype, shape, shard, offset, size and the sha256 of its bytes must
 // match expected.json exactly, and every checksum must verify.
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ class TfTestdataTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TfTestdataTest, MatchesExpectedJson) {
   const std::string dir = JoinPath(CKPTD_TESTDATA_DIR, GetParam());
   FileSystem* fs = PosixFileSystem();
-  ASSERT_TRUE(fs->IsDirectory(dir)) << dir << " is missing: shared/testdata must sit beside the repository";
+  ASSERT_TRUE(fs->IsDirectory(dir)) << dir << " is missing (tests/testdata/tf is part of the repository)";
   std::ifstream in(JoinPath(dir, "expected.json"));
   const nlohmann::json expected = nlohmann::json::parse(in);
   const std::string prefix = FindPrefix(dir);

@@ -197,3 +197,47 @@ TEST(FaultFileSystemTest, DirectWriterIsFaultInjected) {
 
 }  // namespace
 }  // namespace ckptd::testing
+
+namespace ckptd::testing {
+namespace {
+
+// A rank whose view of the root lacks what rank 0 publishes (another host's disk,
+// a stale NFS cache): FileSize of anything in the step directory is NOT_FOUND.
+class BlindToStepFileSystem : public FileSystemWrapper {
+ public:
+  BlindToStepFileSystem(FileSystem* base, std::string step_dir)
+      : FileSystemWrapper(base), step_dir_(std::move(step_dir)) {}
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
+    if (path.rfind(step_dir_ + "/", 0) == 0) return absl::NotFoundError(absl::StrCat(path, ": not here"));
+    return FileSystemWrapper::FileSize(path);
+  }
+
+ private:
+  std::string step_dir_;
+};
+
+TEST(CommitVisibilityTest, StepARankCannotSeeAfterPublishFailsEverywhereAndIsWithdrawn) {
+  spdlog::set_level(spdlog::level::off);
+  TempDir root;
+  {
+    InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()});
+    for (const absl::Status& s : job.Save(kRun, 1)) ASSERT_TRUE(s.ok()) << s;
+  }
+  BlindToStepFileSystem blind(PosixFileSystem(), CheckpointStore(PosixFileSystem(), root.path()).StepDir(kRun, 2));
+  std::vector<absl::Status> outcomes;
+  {
+    InProcessJob job(root.path(), {PosixFileSystem(), &blind});
+    outcomes = job.Save(kRun, 2);
+  }
+  for (const absl::Status& s : outcomes) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("on rank 1"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("is not visible here"), absl::string_view::npos) << s;
+  }
+  std::vector<int64_t> visible;
+  EXPECT_EQ(CheckVisibleState(root.path(), kRun, kRanks, /*strict=*/true, &visible), "");
+  EXPECT_EQ(visible, std::vector<int64_t>{1});
+}
+
+}  // namespace
+}  // namespace ckptd::testing

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
+
 #include <numeric>
 
 #include "daemon/base/dtype.h"
@@ -115,6 +117,29 @@ TEST_F(BundleTest, FlippedByteIsDataLossNamingTensorAndFile) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("'vec'"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("data-00001-of-00002"), absl::string_view::npos) << s;
+}
+
+TEST_F(BundleTest, CorruptSliceIsNamedAsPeopleWriteItNeverByItsBinaryKey) {
+  auto data = fs()->ReadFileToString(DataPath(prefix_, 1, 2), 1 << 20);
+  ASSERT_TRUE(data.ok());
+  (*data)[30] ^= 0x01;  // inside "mat" rows 2-3, the slice in shard 1 after "vec"
+  Write(DataPath(prefix_, 1, 2), *data);
+  auto reader = BundleReader::Open(fs(), prefix_);
+  ASSERT_TRUE(reader.ok());
+  auto mat = (*reader)->Lookup("mat");
+  ASSERT_TRUE(mat.ok());
+  std::vector<float> out(12);
+  absl::Status s = (*reader)->ReadBox(*mat, Box::Full({4, 3}), reinterpret_cast<char*>(out.data()));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("tensor 'mat' slice 2,2:-: checksum mismatch"), absl::string_view::npos) << s;
+  std::vector<std::string> problems;
+  int64_t bytes = 0;
+  (*reader)->VerifyAll(&problems, &bytes);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("tensor 'mat' slice 2,2:-"), std::string::npos) << problems[0];
+  for (const std::string& text : {std::string(s.message()), problems[0]}) {
+    for (char c : text) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "unprintable byte in: " << absl::CEscape(text);
+  }
 }
 
 TEST_F(BundleTest, TruncatedDataFileIsDataLoss) {

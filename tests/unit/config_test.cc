@@ -1,4 +1,5 @@
 #include "daemon/base/config.h"
+#include "daemon/base/status.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,32 @@ TEST(ConfigTest, ExampleConfigParses) {
   text << in.rdbuf();
   ASSERT_FALSE(text.str().empty());
   EXPECT_TRUE(ParseConfig(text.str()).ok());
+}
+
+}  // namespace
+}  // namespace ckptd
+
+namespace ckptd {
+namespace {
+
+TEST(BoundedMessagesTest, ListsAFewIdsThenCountsTheRest) {
+  EXPECT_EQ(JoinBounded({}), "");
+  EXPECT_EQ(JoinBounded({3, 5, 9}), "3,5,9");
+  std::vector<int> many(2047);
+  for (int i = 0; i < 2047; ++i) many[i] = i + 1;
+  EXPECT_EQ(JoinBounded(many), "1,2,3,4,5,6,7,8 and 2039 more");
+  EXPECT_EQ(BoundMessage("short"), "short");
+  const std::string cut = BoundMessage(std::string(10000, 'x'));
+  EXPECT_LT(cut.size(), kMaxErrorMessageBytes + 64);
+  EXPECT_NE(cut.find("(7952 more bytes cut)"), std::string::npos) << cut.substr(kMaxErrorMessageBytes);
+}
+
+TEST(ConfigTest, MaxTrainersAndCheckpointGroup) {
+  auto config = ParseConfig("limits:\n  max_trainers: 2048\nsecurity:\n  checkpoint_group: ckpt-readers\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_trainers, 2048);
+  EXPECT_EQ(config->checkpoint_group, "ckpt-readers");
+  EXPECT_EQ(ParseConfig("limits:\n  max_trainers: 0\n").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

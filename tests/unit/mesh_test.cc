@@ -56,6 +56,9 @@ TEST(MeshTest, MalformedMeshesAreNamed) {
       {"|x=2|0,1|7|/d:7|", "not a global id"},
       {"|unsharded=2|0,1|||", "reserved"},
       {"|x=2|0,1||||bogus", "unexpected"},
+      // 2^32 x 2^32 wraps a 64-bit product to 0: each factor must be checked.
+      {"|x=4294967296,y=4294967296|0|0|/d:0", "more than 2^24 devices"},
+      {"|x=4096,y=4096,z=2|0|0|/d:0", "more than 2^24 devices"},
   };
   for (const auto& [text, needle] : cases) {
     auto mesh = ParseMesh(text);

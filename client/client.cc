@@ -13,12 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ckptd/v1/wire.h"
 
 namespace ckptd {
 namespace {
 
-constexpr size_t kChunkBytes = 4 << 20;
-constexpr int kMaxMessageBytes = 16 << 20;
 
 #define ASSIGN_OR_RETURN_CLIENT(lhs, expr) \
   do {                                     \
@@ -158,8 +157,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   }
   if (!absl::StartsWith(target, "unix:") && absl::StartsWith(target, "/")) target = "unix:" + target;
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (tls != nullptr) {
     grpc::SslCredentialsOptions options;
@@ -256,11 +255,11 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
     const char* p = static_cast<const char*>(pieces[i].first);
     size_t left = pieces[i].second;
     while (open && left > 0) {
-      const size_t n = std::min(left, kChunkBytes - chunk.size());
+      const size_t n = std::min(left, wire::kSaveChunkBytes - chunk.size());
       chunk.append(p, n);
       p += n;
       left -= n;
-      if (chunk.size() == kChunkBytes) {
+      if (chunk.size() == wire::kSaveChunkBytes) {
         v1::SaveRequest data;
         data.set_data(std::move(chunk));
         chunk.clear();
@@ -400,8 +399,7 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
                                            const std::vector<RestoreTarget>& targets,
                                            const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
                                            const std::vector<size_t>& capacity, const RestoreOptions& options) {
-  // The daemon lays tensors out consecutively; starts are 64-byte aligned, 4 KiB
-  // aligned for tensors of 1 MiB or more (see RestoreHeader.shared_memory_offsets).
+  // The daemon's layout (RestoreHeader.shared_memory_offsets), from the same rule.
   std::vector<int64_t> offsets;
   size_t total = 0;
   for (size_t i = 0; i < capacity.size(); ++i) {
@@ -409,11 +407,9 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
       offsets.push_back(-1);
       continue;
     }
-    const size_t c = capacity[i];
-    const size_t align = c >= (1 << 20) ? 4096 : 64;
-    total = (total + align - 1) / align * align;
-    offsets.push_back(static_cast<int64_t>(total));
-    total += c;
+    const int64_t start = wire::SharedMemoryOffset(static_cast<int64_t>(total), static_cast<int64_t>(capacity[i]));
+    offsets.push_back(start);
+    total = static_cast<size_t>(start) + capacity[i];
   }
   std::unique_ptr<Segment> segment;
   if (shared_memory) {

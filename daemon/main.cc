@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "ckptd/v1/wire.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
 #include "daemon/coord/collective.h"
@@ -25,8 +26,6 @@
 
 namespace {
 
-constexpr char kVersion[] = "0.1.0";
-constexpr int kMaxMessageBytes = 16 << 20;  // a 4 MiB chunk plus framing, with room
 // Exit statuses (docs/operations.md): 0 stopped with every rank; 2 bad flags, config
 // or start-up; 3 coordination failed and the job was aborted; 4 stopped on a signal
 // while some peer rank never joined the stop (dead or stopped).
@@ -53,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--keep-last", keep_last, "retention: keep the newest N steps (0 = all)")->check(CLI::NonNegativeNumber);
   app.add_option("--keep-every-n-steps", keep_every, "retention: also keep steps divisible by K")
       ->check(CLI::NonNegativeNumber);
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", ckptd::wire::kVersion);
   CLI11_PARSE(app, argc, argv);
 
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
@@ -140,7 +139,7 @@ int main(int argc, char** argv) {
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(confined->get(), config.root);
   ckptd::PeerTable peers;
-  ckptd::ServiceContext context{rank, (*collective)->size(), kVersion, static_cast<uint64_t>(config.max_index_bytes),
+  ckptd::ServiceContext context{rank, (*collective)->size(), ckptd::wire::kVersion, static_cast<uint64_t>(config.max_index_bytes),
                                 config.max_tensors_per_request, config.max_request_bytes, config.max_trainers, ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
@@ -156,8 +155,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
   // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
   grpc::ResourceQuota quota("ckptd");
   quota.SetMaxThreads(config.max_concurrent_rpcs);
@@ -172,7 +171,7 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
   (*listener)->Serve(server.get(), &peers, policy);
-  spdlog::info("ckptd {} listening on unix:{}, root {}", kVersion, socket, config.root);
+  spdlog::info("ckptd {} listening on unix:{}, root {}", ckptd::wire::kVersion, socket, config.root);
 
   std::atomic<bool> stop{false};
   std::thread signal_thread([&signals, &stop] {
@@ -186,7 +185,7 @@ int main(int argc, char** argv) {
   ckptd::Coordinator coordinator(
       collective->get(), &registry, &store,
       {.commit_timeout = config.commit_timeout,
-       .version = kVersion,
+       .version = ckptd::wire::kVersion,
        .keep_last = config.keep_last,
        .keep_every_n_steps = config.keep_every_n_steps,
        .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },

@@ -14,6 +14,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "ckptd/v1/wire.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/base/dtype.h"
@@ -567,7 +568,7 @@ absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char*
     const size_t size = static_cast<size_t>(piece.entry.size());
     if (size > buffer_size) {
       void* p = nullptr;
-      if (posix_memalign(&p, 4096, std::max<size_t>(size, 1)) != 0) {
+      if (posix_memalign(&p, wire::kDirectIoAlignment, std::max<size_t>(size, 1)) != 0) {
         return absl::ResourceExhaustedError(absl::StrCat("tensor '", info.name, "': no memory to read ", size,
                                                          " bytes"));
       }

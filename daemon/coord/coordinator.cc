@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
@@ -572,7 +573,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   }
   // Large boxes start at 4 KiB-aligned offsets (TF readers follow each entry's offset)
   // so that O_DIRECT writes come straight from staging memory.
-  constexpr int64_t kAlignFrom = 1 << 20, kAlign = 4096;
+  constexpr int64_t kAlignFrom = wire::kAlignLargeFrom, kAlign = wire::kDirectIoAlignment;
   int64_t offset = 0;
   for (Job& j : jobs) {
     if (j.staged->bytes.size() >= kAlignFrom) offset = (offset + kAlign - 1) / kAlign * kAlign;

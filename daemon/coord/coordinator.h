@@ -25,12 +25,12 @@ namespace ckptd {
 
 struct CoordinatorOptions {
   absl::Duration commit_timeout = absl::Seconds(60);
-  std::string version;
+  std::string version{};
   int keep_last = 0;           // retention; 0 = keep every step
   int keep_every_n_steps = 0;  // also keep steps divisible by this; 0 = none
   // This rank's status report (see RoundState.report); called on the coordinator
   // thread, so it must be thread-safe with respect to the service. May be empty.
-  std::function<std::string()> local_report;
+  std::function<std::string()> local_report{};
   // Threads that checksum boxes while the coordinator thread writes them.
   int checksum_threads = 2;
   // After a stop request, how long a collective waits for peers before this rank

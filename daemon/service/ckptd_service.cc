@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
@@ -217,8 +218,8 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
         return absl::InvalidArgumentError("header: a Save stream carries exactly one header");
       }
       const std::string& data = message.data();
-      if (data.size() > kMaxChunkBytes) {
-        return absl::InvalidArgumentError(absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", kMaxChunkBytes));
+      if (data.size() > wire::kSaveChunkBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", wire::kSaveChunkBytes));
       }
       if (received + static_cast<int64_t>(data.size()) > expected) {
         return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (", expected,
@@ -488,8 +489,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
       header->add_shared_memory_offsets(-1);
       continue;
     }
-    const int64_t align = p.bytes >= (1 << 20) ? 4096 : 64;
-    shm_bytes = (shm_bytes + align - 1) / align * align;
+    shm_bytes = wire::SharedMemoryOffset(shm_bytes, p.bytes);
     header->add_shared_memory_offsets(shm_bytes);
     shm_bytes += p.bytes;
   }
@@ -569,12 +569,12 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
   for (size_t i = 0; i < buffers.size(); ++i) {
-    for (size_t off = 0; off < buffers[i].size(); off += kRestoreChunkBytes) {
+    for (size_t off = 0; off < buffers[i].size(); off += wire::kRestoreChunkBytes) {
       v1::RestoreResponse chunk_message;
       v1::RestoreChunk* chunk = chunk_message.mutable_chunk();
       chunk->set_tensor_index(static_cast<int>(i));
       chunk->set_offset(static_cast<int64_t>(off));
-      chunk->set_data(buffers[i].substr(off, kRestoreChunkBytes));
+      chunk->set_data(buffers[i].substr(off, wire::kRestoreChunkBytes));
       if (!writer->Write(chunk_message)) return absl::CancelledError("client went away");
     }
     std::string().swap(buffers[i]);

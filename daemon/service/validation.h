@@ -16,10 +16,6 @@
 
 namespace ckptd {
 
-inline constexpr size_t kMaxChunkBytes = 4 << 20;
-// Data in one RestoreChunk: with its framing a reply message stays under gRPC's
-// default 4 MiB receive limit, so any client at its default settings can restore.
-inline constexpr size_t kRestoreChunkBytes = (4 << 20) - 1024;
 inline constexpr size_t kMaxRunNameLength = 128;
 inline constexpr size_t kMaxTensorNameLength = 4096;
 inline constexpr int kMaxRank = 32;

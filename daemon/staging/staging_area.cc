@@ -9,7 +9,7 @@
 namespace ckptd {
 namespace {
 
-constexpr size_t kAlignment = 4096;
+constexpr size_t kAlignment = 4096;  // O_DIRECT writes straight from staging memory
 // Most memory the pool keeps when the budget is unlimited.
 constexpr int64_t kMaxPoolWithoutLimit = int64_t{8} << 30;
 

@@ -215,7 +215,7 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
     std::vector<ckptd::RestoreTarget> targets;
     for (int64_t i = 0; i < n; ++i) {
       shards.push_back({names[i], ckptd::kDtUint8, {1024}, {}, {}, data.data(), data.size()});
-      targets.push_back({names[i], 0, {}, {}, {}, back[i].data(), back[i].size()});
+      targets.push_back({.name = names[i], .dtype = 0, .data = back[i].data(), .size = back[i].size()});
     }
     ++step;
     absl::Time start = absl::Now();

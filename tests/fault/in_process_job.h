@@ -22,7 +22,7 @@ namespace ckptd::testing {
 class InProcessJob {
  public:
   InProcessJob(const std::string& root, const std::vector<FileSystem*>& fs_per_rank,
-               CoordinatorOptions options = {absl::Seconds(20), "test"});
+               CoordinatorOptions options = {.commit_timeout = absl::Seconds(20), .version = "test"});
   ~InProcessJob();
 
   // One trainer per rank saves the test model for `step` ("w": float rows sharded

@@ -36,8 +36,8 @@ absl::Status SaveModel(Client& client, const std::string& run, int64_t step, int
   const std::vector<float> w = ExpectedW(kRanks, step);
   const std::vector<int64_t> r = ExpectedR(step);
   std::vector<TensorShard> shards = {
-      {"w", kDtFloat, {2 * kRanks, 8}, {2 * t, 0}, {2, 8}, w.data() + 16 * t, 16 * sizeof(float)},
-      {"r", kDtInt64, {16}, {}, {}, r.data(), r.size() * sizeof(int64_t)},
+      {.name = "w", .dtype = kDtFloat, .shape = {2 * kRanks, 8}, .box_start = {2 * t, 0}, .box_length = {2, 8}, .data = w.data() + 16 * t, .size = 16 * sizeof(float)},
+      {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = r.size() * sizeof(int64_t)},
   };
   SaveOptions options;
   options.timeout = timeout;
@@ -158,8 +158,8 @@ TEST(ProcessFaultTest, BrokenTrainerStreamFailsTheStepForEveryoneAndFreesMemory)
   const std::vector<int64_t> r = ExpectedR(1);
   auto client0 = cluster.Connect(0);
   ASSERT_TRUE(client0->Save("cut", 1, 0, kRanks,
-                            {{"w", kDtFloat, {4, 8}, {0, 0}, {2, 8}, w.data(), 64},
-                             {"r", kDtInt64, {16}, {}, {}, r.data(), 128}}).ok());
+                            {{.name = "w", .dtype = kDtFloat, .shape = {4, 8}, .box_start = {0, 0}, .box_length = {2, 8}, .data = w.data(), .size = 64},
+                             {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = 128}}).ok());
   // Trainer 1 sends its header and part of its bytes, then its stream ends, as when
   // the trainer process dies mid-stream (the daemon sees the same short stream).
   {
@@ -245,9 +245,20 @@ std::unique_ptr<RawSave> OpenRawSave(const std::string& address, const std::stri
   return save;
 }
 
+// Polls a daemon's Status until its staged bytes exceed `above`: the daemon has taken
+// the first bytes of a stream (so its header was accepted).
+bool StagedMoreThan(Client& client, int64_t above) {
+  for (int i = 0; i < 3000; ++i) {
+    auto status = client.Status();
+    if (status.ok() && status->bytes_staged() > above) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
 absl::Status SaveRows(Client& client, const std::string& run, int64_t step, int t) {
   const std::vector<float> rows = RowsOf(t, step);
-  return client.Save(run, step, t, 4, {{"w", kDtFloat, {8, 8}, {2 * t, 0}, {2, 8}, rows.data(), rows.size() * 4}})
+  return client.Save(run, step, t, 4, {{.name = "w", .dtype = kDtFloat, .shape = {8, 8}, .box_start = {2 * t, 0}, .box_length = {2, 8}, .data = rows.data(), .size = rows.size() * 4}})
       .status();
 }
 
@@ -260,12 +271,14 @@ TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCaus
   auto client0 = cluster.Connect(0), client1 = cluster.Connect(1);
   // Before the failure: trainer 0 has staged, trainer 2 is mid-stream.
   ASSERT_TRUE(SaveRows(*client0, "die", 1, 0).ok());
+  const int64_t staged0 = client0->Status()->bytes_staged();
   const std::vector<float> rows2 = RowsOf(2, 1);
   std::unique_ptr<RawSave> trainer2 = OpenRawSave(cluster.Address(1), "die", 1, 2);
   ASSERT_NE(trainer2, nullptr);
   v1::SaveRequest first_half;
   first_half.set_data(std::string(reinterpret_cast<const char*>(rows2.data()), 32));
   ASSERT_TRUE(trainer2->writer->Write(first_half));
+  ASSERT_TRUE(StagedMoreThan(*client1, 0)) << "daemon 1 never took trainer 2's first bytes";
   // Trainer 1 dies mid-Save: its header and some bytes arrive, then the connection
   // goes, as when the process is killed.
   {
@@ -274,6 +287,9 @@ TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCaus
     v1::SaveRequest some;
     some.set_data(std::string(20, 'x'));
     ASSERT_TRUE(trainer1->writer->Write(some));
+    // Dies only once the daemon holds its header and first bytes (a trainer that dies
+    // before its header arrives has simply not arrived).
+    ASSERT_TRUE(StagedMoreThan(*client0, staged0)) << "daemon 0 never took trainer 1's first bytes";
     trainer1->ctx.TryCancel();
     EXPECT_FALSE(trainer1->writer->Finish().ok());
   }
@@ -315,7 +331,7 @@ TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCaus
   });
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(retry[t].ok()) << "trainer " << t << ": " << retry[t];
   std::vector<float> all(64);
-  ASSERT_TRUE(client0->Restore("die", 1, {RestoreTarget{"w", kDtFloat, {8, 8}, {}, {}, all.data(), 256}}).ok());
+  ASSERT_TRUE(client0->Restore("die", 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .shape = {8, 8}, .data = all.data(), .size = 256}}).ok());
   for (int t = 0; t < 4; ++t) {
     const std::vector<float> rows = RowsOf(t, 1);
     EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + 16 * t)) << "rows of trainer " << t;
@@ -342,8 +358,8 @@ TEST(ProcessFaultTest, SurvivorStopsOnSigtermWhenItsPeerIsDead) {
   const std::vector<float> w = ExpectedW(kRanks, 1);
   const std::vector<int64_t> r = ExpectedR(1);
   ASSERT_TRUE(client0->Save("alone", 1, 0, kRanks,
-                            {{"w", kDtFloat, {4, 8}, {0, 0}, {2, 8}, w.data(), 64},
-                             {"r", kDtInt64, {16}, {}, {}, r.data(), 128}}).ok());
+                            {{.name = "w", .dtype = kDtFloat, .shape = {4, 8}, .box_start = {0, 0}, .box_length = {2, 8}, .data = w.data(), .size = 64},
+                             {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = 128}}).ok());
   absl::Status waited;
   std::thread waiter([&] { waited = client0->Wait("alone", 1, absl::Seconds(120)); });
   ASSERT_EQ(::kill(rank1, SIGKILL), 0);
@@ -389,7 +405,7 @@ TEST(ProcessFaultTest, CorruptionIsDataLossAndFallbackFindsTheNewestGoodStep) {
 
   auto client = cluster.Connect(0);
   std::vector<int64_t> out(16);
-  const RestoreTarget target{"r", kDtInt64, {16}, {}, {}, out.data(), 128};
+  const RestoreTarget target{.name = "r", .dtype = kDtInt64, .shape = {16}, .data = out.data(), .size = 128};
   absl::StatusOr<int64_t> plain = client->Restore("rot", std::nullopt, {target});
   EXPECT_EQ(plain.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(plain.status().message().find("'r'"), absl::string_view::npos);
@@ -468,7 +484,7 @@ TEST(ProcessFaultTest, DiskFullFailsTheStepCleanlyAndTheNextSaveSucceeds) {
     auto results = RunTrainers(kRanks, [&](int t) -> absl::Status {
       auto client = cluster.Connect(t);
       RETURN_IF_ERROR(client->Save("full", 2, t, kRanks,
-                                   {{"big", kDtUint8, {6 << 20}, {t * (3 << 20)}, {3 << 20}, big.data(), big.size()}})
+                                   {{.name = "big", .dtype = kDtUint8, .shape = {6 << 20}, .box_start = {t * (3 << 20)}, .box_length = {3 << 20}, .data = big.data(), .size = big.size()}})
                           .status());
       return client->Wait("full", 2);
     });

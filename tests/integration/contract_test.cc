@@ -108,13 +108,13 @@ TEST(ContractTest, CleanSaveRestoreCycleLeavesNoWarningOrErrorInAnyLog) {
       SaveOptions options;
       options.transport = transport;
       RETURN_IF_ERROR(
-          client->Save("clean", step, t, 2, {{"w", kDtFloat, {16, 8}, {8 * t, 0}, {8, 8}, rows.data(), 256}}, options)
+          client->Save("clean", step, t, 2, {{.name = "w", .dtype = kDtFloat, .shape = {16, 8}, .box_start = {8 * t, 0}, .box_length = {8, 8}, .data = rows.data(), .size = 256}}, options)
               .status());
       RETURN_IF_ERROR(client->Wait("clean", step));
       std::vector<float> back(128);
       RestoreOptions restore;
       restore.transport = transport;
-      return client->Restore("clean", step, {{"w", kDtFloat, {16, 8}, {}, {}, back.data(), 512}}, restore).status();
+      return client->Restore("clean", step, {{.name = "w", .dtype = kDtFloat, .shape = {16, 8}, .data = back.data(), .size = 512}}, restore).status();
     });
     for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   }

@@ -33,9 +33,9 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
   StartCluster(1);
   auto client = cluster_->Connect(0);
   std::vector<float> host(1000, 1.5f);
-  TensorShard on_device{"w", kDtFloat, {1000}, {}, {}, nullptr, 0};
+  TensorShard on_device{.name = "w", .dtype = kDtFloat, .shape = {1000}, .data = nullptr, .size = 0};
   on_device.device_memory = NowhereMemory();
-  TensorShard on_host{"b", kDtFloat, {1000}, {}, {}, host.data(), host.size() * sizeof(float)};
+  TensorShard on_host{.name = "b", .dtype = kDtFloat, .shape = {1000}, .data = host.data(), .size = host.size() * sizeof(float)};
   auto refused = client->Save("dev", 1, 0, 1, {on_host, on_device});
   // Without CUDA in the build: UNIMPLEMENTED. With it: no device here, or no device
   // with that UUID: FAILED_PRECONDITION either way.
@@ -52,7 +52,7 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
     t.device_memory = bad;
     EXPECT_EQ(client->Save("dev", 1, 0, 1, {t}).status().code(), absl::StatusCode::kInvalidArgument);
   }
-  TensorShard layout{"l", kDtFloat, {4}, {}, {}, nullptr, 0, true, {"unsharded"}, {}};
+  TensorShard layout{.name = "l", .dtype = kDtFloat, .shape = {4}, .data = nullptr, .size = 0, .use_layout = true, .sharding_specs = {"unsharded"}, .device_data = {}};
   layout.device_memory = NowhereMemory();
   SaveOptions mesh;
   mesh.mesh = "|x=1|0|0|/job:localhost/task:0/device:CPU:0";
@@ -68,15 +68,15 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
 
   // Restore into device memory is refused the same way, and nothing is half-done.
   std::vector<float> back(1000);
-  RestoreTarget to_device{"w", 0, {}, {}, {}, nullptr, 0};
+  RestoreTarget to_device{.name = "w", .dtype = 0, .data = nullptr, .size = 0};
   to_device.device_memory = NowhereMemory();
   auto restored =
-      client->Restore("dev", 1, {{"b", 0, {}, {}, {}, back.data(), back.size() * sizeof(float)}, to_device});
+      client->Restore("dev", 1, {{.name = "b", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}, to_device});
   EXPECT_EQ(restored.status().code(),
             CKPTD_HAVE_CUDA ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kUnimplemented)
       << restored.status();
   auto host_only =
-      client->Restore("dev", 1, {{"w", 0, {}, {}, {}, back.data(), back.size() * sizeof(float)}});
+      client->Restore("dev", 1, {{.name = "w", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}});
   ASSERT_TRUE(host_only.ok()) << host_only.status();
   EXPECT_EQ(back, host);
   auto status = client->Status();
@@ -126,10 +126,10 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   auto results = RunTrainers(2, [&](int t) -> absl::Status {
     auto client = cluster_->Connect(t);
     ASSIGN_OR_RETURN(DeviceMemory lent, ExportDeviceMemory(device[t], kOffset));
-    TensorShard shard{"w", kDtUint32, {rows, cols}, {t * half, 0}, {half, cols}, nullptr, 0};
+    TensorShard shard{.name = "w", .dtype = kDtUint32, .shape = {rows, cols}, .box_start = {t * half, 0}, .box_length = {half, cols}, .data = nullptr, .size = 0};
     shard.device_memory = lent;
     std::vector<uint32_t> small{7, 8, 9};
-    TensorShard host{"b", kDtUint32, {3}, {}, {}, small.data(), small.size() * 4};
+    TensorShard host{.name = "b", .dtype = kDtUint32, .shape = {3}, .data = small.data(), .size = small.size() * 4};
     const absl::Time start = absl::Now();
     RETURN_IF_ERROR(client->Save("gpu", 1, t, 2, {shard, host}).status());
     stall[t] = absl::ToDoubleSeconds(absl::Now() - start);
@@ -144,12 +144,12 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   char* whole = nullptr;
   ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&whole), static_cast<size_t>(bytes)));
   auto client = cluster_->Connect(1);
-  RestoreTarget to_device{"w", kDtUint32, {rows, cols}, {}, {}, nullptr, 0};
+  RestoreTarget to_device{.name = "w", .dtype = kDtUint32, .shape = {rows, cols}, .data = nullptr, .size = 0};
   auto lent = ExportDeviceMemory(whole, 0);
   ASSERT_TRUE(lent.ok()) << lent.status();
   to_device.device_memory = *lent;
   std::vector<uint32_t> b(3);
-  auto restored = client->Restore("gpu", 1, {to_device, {"b", 0, {}, {}, {}, b.data(), 12}});
+  auto restored = client->Restore("gpu", 1, {to_device, {.name = "b", .dtype = 0, .data = b.data(), .size = 12}});
   ASSERT_TRUE(restored.ok()) << restored.status();
   std::vector<uint32_t> back(pattern.size());
   ASSERT_CUDA(cudaMemcpy(back.data(), whole, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
@@ -158,7 +158,7 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   for (int t = 0; t < 2; ++t) {
     std::vector<uint32_t> rows_back(static_cast<size_t>(half * cols));
     auto r = cluster_->Connect(t)->Restore(
-        "gpu", 1, {{"w", 0, {}, {(1 - t) * half, 0}, {half, cols}, rows_back.data(), half_bytes}});
+        "gpu", 1, {{.name = "w", .dtype = 0, .box_start = {(1 - t) * half, 0}, .box_length = {half, cols}, .data = rows_back.data(), .size = half_bytes}});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(std::memcmp(rows_back.data(), pattern.data() + (1 - t) * half * cols, half_bytes), 0);
   }

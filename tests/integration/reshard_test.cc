@@ -282,7 +282,7 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
     SaveOptions options;
     options.store_float32_as_bfloat16 = true;
     std::vector<TensorShard> shards;
-    if (t == 0) shards.push_back({"w", kDtFloat, {6}, {}, {}, values.data(), values.size() * 4});
+    if (t == 0) shards.push_back({.name = "w", .dtype = kDtFloat, .shape = {6}, .data = values.data(), .size = values.size() * 4});
     RETURN_IF_ERROR(client->Save(kRun, 2, t, 4, shards, options).status());
     return client->Wait(kRun, 2);
   });
@@ -293,7 +293,7 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
 
   auto client = saver_->Connect(0);
   std::vector<float> back(6);
-  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{"w", kDtFloat, {6}, {}, {}, back.data(), 24}}).ok());
+  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{.name = "w", .dtype = kDtFloat, .shape = {6}, .data = back.data(), .size = 24}}).ok());
   EXPECT_EQ(back[0], 1.0f);
   EXPECT_EQ(back[1], 1.0f);
   EXPECT_EQ(back[2], 1.015625f);
@@ -301,13 +301,13 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
   EXPECT_TRUE(std::isinf(back[4]));
   EXPECT_TRUE(std::isnan(back[5]));
   std::vector<uint16_t> half(6);
-  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{"w", kDtHalf, {6}, {}, {}, half.data(), 12}}).ok());
+  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{.name = "w", .dtype = kDtHalf, .shape = {6}, .data = half.data(), .size = 12}}).ok());
   EXPECT_EQ(half[0], 0x3c00);
   EXPECT_EQ(half[4], 0x7c00);
   // Stored float16 read as float32, and a conversion that is not allowed.
   const Spec& f = Model()[5];
   std::vector<float> f32(12 * 24);
-  ASSERT_TRUE(client->Restore(kRun, 1, {RestoreTarget{f.name, kDtFloat, {}, {}, {}, f32.data(), f32.size() * 4}}).ok());
+  ASSERT_TRUE(client->Restore(kRun, 1, {RestoreTarget{.name = f.name, .dtype = kDtFloat, .data = f32.data(), .size = f32.size() * 4}}).ok());
   const std::string stored = BoxBytes(f, Box::Full(f.shape));
   for (size_t i = 0; i < f32.size(); ++i) {
     uint16_t h;
@@ -320,7 +320,7 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
     }
   }
   std::vector<int64_t> wrong(48);
-  EXPECT_EQ(client->Restore(kRun, 1, {RestoreTarget{"c/i8", kDtInt64, {}, {}, {}, wrong.data(), 48 * 8}}).status().code(),
+  EXPECT_EQ(client->Restore(kRun, 1, {RestoreTarget{.name = "c/i8", .dtype = kDtInt64, .data = wrong.data(), .size = 48 * 8}}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -344,7 +344,7 @@ TEST_F(ReshardTest, MeshMistakesAreClearErrors) {
     options.mesh = t == 0 ? MeshFor("x=2", 2, {0}) : MeshFor("y=2", 2, {1});
     options.device_ids = {t};
     int32_t v = t;
-    TensorShard shard{"v", kDtInt32, {2}, {}, {}, nullptr, 0, true, {"unsharded"}, {{&v, 4}}};
+    TensorShard shard{.name = "v", .dtype = kDtInt32, .shape = {2}, .data = nullptr, .size = 0, .use_layout = true, .sharding_specs = {"unsharded"}, .device_data = {{&v, 4}}};
     shard.shape = {1};
     RETURN_IF_ERROR(c->Save("mesh-mismatch", 1, t, 2, {shard}, options).status());
     return c->Wait("mesh-mismatch", 1);

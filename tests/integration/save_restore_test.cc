@@ -66,7 +66,7 @@ template <typename T>
 absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run, std::optional<int64_t> step,
                                           const std::string& name, int dtype, const Box& box) {
   std::vector<T> out(static_cast<size_t>(box.NumElements()));
-  RestoreTarget target{name, dtype, {}, box.start, box.length, out.data(), out.size() * sizeof(T)};
+  RestoreTarget target{.name = name, .dtype = dtype, .box_start = box.start, .box_length = box.length, .data = out.data(), .size = out.size() * sizeof(T)};
   auto restored = client.Restore(run, step, {target});
   if (!restored.ok()) return restored.status();
   return out;
@@ -197,7 +197,7 @@ TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
   ASSERT_EQ(list->checkpoints_size(), 3);
   EXPECT_EQ(list->checkpoints(2).step(), 300);
   std::vector<float> v(8);
-  auto step = client->Restore("state", std::nullopt, {RestoreTarget{"v", 1, {4, 2}, {}, {}, v.data(), 32}});
+  auto step = client->Restore("state", std::nullopt, {RestoreTarget{.name = "v", .dtype = 1, .shape = {4, 2}, .data = v.data(), .size = 32}});
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 300);
   EXPECT_EQ(v, BoxValues<float>("v", 300, {4, 2}, Box::Full({4, 2})));
@@ -304,7 +304,7 @@ TEST_F(ClusterTest, RestoreErrorsNameTheProblem) {
   EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "w", 1, Box{{3, 0}, {2, 4}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<float> wrong_shape(16);
-  EXPECT_EQ(client->Restore("errs", 5, {RestoreTarget{"w", 1, {16}, {}, {}, wrong_shape.data(), 64}}).status().code(),
+  EXPECT_EQ(client->Restore("errs", 5, {RestoreTarget{.name = "w", .dtype = 1, .shape = {16}, .data = wrong_shape.data(), .size = 64}}).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   // Flip one byte of "n" in its data file: DATA_LOSS naming the tensor and the file,

@@ -29,8 +29,7 @@ std::string WriteConfig(const TempDir& dir, const std::string& name, const std::
 }
 
 absl::Status SaveSmall(Client& client, const std::string& run, int64_t step, std::vector<float>* data) {
-  RETURN_IF_ERROR(client.Save(run, step, 0, 1, {{"w", kDtFloat, {static_cast<int64_t>(data->size())}, {}, {}, data->data(),
-                                                 data->size() * 4}}).status());
+  RETURN_IF_ERROR(client.Save(run, step, 0, 1, {{.name = "w", .dtype = kDtFloat, .shape = {static_cast<int64_t>(data->size())}, .data = data->data(), .size = data->size() * 4}}).status());
   return client.Wait(run, step);
 }
 
@@ -102,7 +101,7 @@ TEST(SecurityTest, PlantedSymlinksAreNotFollowed) {
   ASSERT_TRUE(PosixFileSystem()->Rename(store.StepDir("good", 1), JoinPath(outside.path(), "moved")).ok());
   ASSERT_EQ(::symlink(JoinPath(outside.path(), "moved").c_str(), store.StepDir("good", 1).c_str()), 0);
   std::vector<float> out(16);
-  absl::Status restored = client->Restore("good", 1, {RestoreTarget{"w", kDtFloat, {}, {}, {}, out.data(), 64}}).status();
+  absl::Status restored = client->Restore("good", 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .data = out.data(), .size = 64}}).status();
   EXPECT_EQ(restored.code(), absl::StatusCode::kNotFound) << restored;
   EXPECT_EQ(client->ListCheckpoints("good")->checkpoints_size(), 0);
   EXPECT_EQ(cluster.Stop(), 0);
@@ -200,7 +199,7 @@ TEST(SecurityTest, HundredConcurrentClientsStayWithinLimits) {
     absl::Status s = SaveSmall(**client, run, 1, &data);
     std::vector<float> back(data.size());
     if (s.ok()) {
-      s = (*client)->Restore(run, 1, {RestoreTarget{"w", kDtFloat, {}, {}, {}, back.data(), back.size() * 4}}).status();
+      s = (*client)->Restore(run, 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .data = back.data(), .size = back.size() * 4}}).status();
       if (s.ok() && back != data) s = absl::DataLossError("restored bytes differ");
     }
     if (s.ok()) {

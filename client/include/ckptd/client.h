@@ -41,36 +41,36 @@ struct DeviceMemory {
 };
 
 struct TensorShard {
-  std::string name;
+  std::string name{};
   int dtype = kDtFloat;
-  std::vector<int64_t> shape;       // global shape
-  std::vector<int64_t> box_start;   // empty (with box_length) = the whole tensor
-  std::vector<int64_t> box_length;
+  std::vector<int64_t> shape{};       // global shape
+  std::vector<int64_t> box_start{};  // empty (with box_length) = the whole tensor
+  std::vector<int64_t> box_length{};
   const void* data = nullptr;
   size_t size = 0;                  // bytes
   bool use_layout = false;
-  std::vector<std::string> sharding_specs;  // per dimension: a mesh dimension or "unsharded"
-  std::vector<std::pair<const void*, size_t>> device_data;
+  std::vector<std::string> sharding_specs{};  // per dimension: a mesh dimension or "unsharded"
+  std::vector<std::pair<const void*, size_t>> device_data{};
   // Instead of data/size: the box's bytes lie in device memory (not with use_layout).
-  std::optional<DeviceMemory> device_memory;
+  std::optional<DeviceMemory> device_memory{};
 };
 
 // Where a restored box goes. dtype 0 and an empty shape skip those checks; a dtype
 // other than the stored one converts between float32, bfloat16 and float16. With
 // use_layout, device_data receives one box per device of options.device_ids.
 struct RestoreTarget {
-  std::string name;
+  std::string name{};
   int dtype = 0;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> box_start;   // empty = the whole tensor
-  std::vector<int64_t> box_length;
+  std::vector<int64_t> shape{};
+  std::vector<int64_t> box_start{};  // empty = the whole tensor
+  std::vector<int64_t> box_length{};
   void* data = nullptr;
   size_t size = 0;                  // must equal the box's bytes exactly
   bool use_layout = false;
-  std::vector<std::string> sharding_specs;
-  std::vector<std::pair<void*, size_t>> device_data;
+  std::vector<std::string> sharding_specs{};
+  std::vector<std::pair<void*, size_t>> device_data{};
   // Instead of data/size: deliver the box's bytes into device memory (not with use_layout).
-  std::optional<DeviceMemory> device_memory;
+  std::optional<DeviceMemory> device_memory{};
 };
 
 // How bytes travel between trainer and daemon. kAuto uses shared memory when the
@@ -80,17 +80,17 @@ enum class Transport { kAuto, kStream, kSharedMemory };
 
 struct SaveOptions {
   // DTensor mesh string ("|x=2,y=4|0,...,7|0,1|/job:...,..."); needed for layouts.
-  std::string mesh;
-  std::vector<int64_t> device_ids;  // this trainer's global device ids on the mesh
+  std::string mesh{};
+  std::vector<int64_t> device_ids{};  // this trainer's global device ids on the mesh
   bool store_float32_as_bfloat16 = false;
-  std::map<std::string, std::string> trainer_state;  // opaque, returned to this trainer id only
+  std::map<std::string, std::string> trainer_state{};  // opaque, returned to this trainer id only
   absl::Duration timeout = absl::Minutes(10);
   Transport transport = Transport::kAuto;
 };
 
 struct RestoreOptions {
-  std::string mesh;  // may differ from the mesh the checkpoint was saved on
-  std::vector<int64_t> device_ids;
+  std::string mesh{};  // may differ from the mesh the checkpoint was saved on
+  std::vector<int64_t> device_ids{};
   int trainer_id = 0;
   std::map<std::string, std::string>* trainer_state = nullptr;  // filled when set
   absl::Duration timeout = absl::Minutes(10);

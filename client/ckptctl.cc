@@ -24,7 +24,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/crc32c.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "daemon/layout/cast.h"
 
 namespace {

@@ -224,6 +224,10 @@ absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
 
 std::string IndexPath(const std::string& prefix) { return prefix + ".index"; }
 
+std::string TrainerStateName(int trainer_id, const std::string& key) {
+  return absl::StrCat(kTrainerStatePrefix, trainer_id, "/", key);
+}
+
 std::string PieceLabel(const std::string& name, const Box& box, const Shape& shape, bool sliced) {
   if (!sliced) return absl::StrCat("'", name, "'");
   return absl::StrCat("'", name, "' slice ", box.ToSliceString(shape));

@@ -39,6 +39,12 @@ absl::StatusOr<uint32_t> EntryChecksum(int dtype, int64_t elements, const char* 
 std::string EncodeStringScalar(const std::string& value);
 absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded);
 
+// ckptd's own tensors in a bundle: trainer `trainer_id`'s opaque state `key` is the
+// string scalar under this name. No two trainers' names collide, and no user tensor
+// can take one (names may not start with "_ckptd/").
+inline constexpr char kTrainerStatePrefix[] = "_ckptd/trainer_state/";
+std::string TrainerStateName(int trainer_id, const std::string& key);
+
 // Collects index entries in any order and serializes them, sorted, as LevelDB writes a
 // table: block size 256 KiB, restart interval 16, no compression.
 class IndexBuilder {

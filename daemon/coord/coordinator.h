@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"

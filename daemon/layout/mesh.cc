@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 namespace {
@@ -222,6 +223,18 @@ absl::StatusOr<Box> Layout::BoxFor(const Shape& shape, int64_t device_id) const 
     box.start[d] = (*coords)[dim] * box.length[d];
   }
   return box;
+}
+
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
+                                             const Placement& placement) {
+  if (!placement.mesh.has_value()) return absl::InvalidArgumentError("layout: the request declares no mesh");
+  ASSIGN_OR_RETURN(Layout layout, MakeLayout(sharding_specs, *placement.mesh));
+  std::vector<Box> boxes;
+  for (int64_t device : placement.device_ids) {
+    ASSIGN_OR_RETURN(Box box, layout.BoxFor(shape, device));
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
 }
 
 }  // namespace ckptd

@@ -6,6 +6,7 @@
 #define CKPTD_DAEMON_LAYOUT_MESH_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ absl::StatusOr<Layout> ParseLayout(const std::string& text);
 // Checks specs against a mesh: each names a mesh dimension or "unsharded", and no mesh
 // dimension shards two tensor dimensions.
 absl::StatusOr<Layout> MakeLayout(const std::vector<std::string>& sharding_specs, const Mesh& mesh);
+
+// A request's placement: its mesh (if any) and the trainer's devices on it.
+struct Placement {
+  std::optional<Mesh> mesh{};
+  std::vector<int64_t> device_ids{};
+};
+
+// The box each device of `placement` holds of a tensor of `shape` laid out by
+// `sharding_specs`, in device_ids order. INVALID_ARGUMENT without a mesh.
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
+                                             const Placement& placement);
 
 }  // namespace ckptd
 

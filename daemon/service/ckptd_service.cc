@@ -15,6 +15,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/layout/cast.h"
+#include "daemon/restore/restore_plan.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/shared_segment.h"
 
@@ -348,236 +349,128 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
                                      absl::Time deadline, grpc::ServerWriter<v1::RestoreResponse>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
-  int64_t step = request.step();
-  std::unique_ptr<BundleReader> reader;
-  std::string note;
   if (request.tensors_size() > context_.max_tensors_per_request) {
     return absl::ResourceExhaustedError(absl::StrCat("tensors: ", request.tensors_size(),
                                                      " in one request exceed limits.max_tensors_per_request (",
                                                      context_.max_tensors_per_request, ")"));
   }
-  if (request.latest() && request.fallback()) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->ListSteps(request.run()));
-    if (steps.empty()) return absl::NotFoundError(absl::StrCat("run '", request.run(), "' has no committed step"));
-    for (auto it = steps.rbegin(); it != steps.rend() && reader == nullptr; ++it) {
-      auto candidate = BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), *it)),
-                                          context_.max_index_bytes);
-      std::vector<std::string> problems;
-      int64_t bytes = 0;
-      if (candidate.ok()) (*candidate)->VerifyAll(&problems, &bytes);
-      if (candidate.ok() && problems.empty()) {
-        step = *it;
-        reader = std::move(*candidate);
-      } else {
-        absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", *it, ": ",
-                        candidate.ok() ? problems.front() : std::string(candidate.status().message()));
-      }
-    }
-    if (reader == nullptr) {
-      return absl::DataLossError(absl::StrCat("run '", request.run(), "': no committed step verifies",
-                                              note.empty() ? "" : " (", note, note.empty() ? "" : ")"));
-    }
-    if (!note.empty()) {
-      absl::StrAppend(&note, "; restored step ", step);
-      spdlog::warn("Restore of run '{}' with fallback: {}", request.run(), note);
-    }
-  } else {
-    if (request.latest()) {
-      ASSIGN_OR_RETURN(step, store_->LatestStep(request.run()));
-    } else if (!store_->IsCommitted(request.run(), step)) {
-      return absl::NotFoundError(absl::StrCat("run '", request.run(), "' has no committed step ", step));
-    }
-    ASSIGN_OR_RETURN(reader, BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
-                                                context_.max_index_bytes));
+  ASSIGN_OR_RETURN(RestoreWants wants, RestoreWantsFromProto(request));
+  if (wants.any_on_device) RETURN_IF_ERROR(device_->Available());
+  const std::optional<int64_t> step = request.latest() ? std::nullopt : std::optional<int64_t>(request.step());
+  ASSIGN_OR_RETURN(std::vector<int64_t> candidates,
+                   store_->RestoreCandidates(request.run(), step, request.latest() && request.fallback()));
+  // With fallback, a step whose requested bytes fail verification while they are read
+  // is skipped for the next older one; nothing is sent before a step reads cleanly.
+  std::string note;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    absl::Status s = RestoreStep(request, wants, placement, candidates[i], note, peer, deadline, writer);
+    if (s.ok() || candidates.size() == 1 || !absl::IsDataLoss(s)) return s;
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", candidates[i], ": ", s.message());
   }
-  // Retention leaves a step alone while it is restored, and the open files stay
-  // readable whatever happens to the directory.
+  return absl::DataLossError(absl::StrCat("run '", request.run(), "': no committed step verifies (", note, ")"));
+}
+
+absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
+                                       const Placement& placement, int64_t step, std::string note,
+                                       const std::string& peer, absl::Time deadline,
+                                       grpc::ServerWriter<v1::RestoreResponse>* writer) {
+  ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
+                   BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                                      context_.max_index_bytes));
+  // Retention leaves a step alone while it is restored.
   registry_->BeginRestore({request.run(), step});
   struct EndRestore {
     StepRegistry* registry;
     StepKey key;
     ~EndRestore() { registry->EndRestore(key); }
   } end_restore{registry_, {request.run(), step}};
-  RETURN_IF_ERROR(reader->OpenAllDataFiles());
-
-  struct Planned {
-    TensorInfo info;
-    int dtype;               // as the caller wants it
-    std::vector<Box> boxes;  // concatenated in the reply
-    int64_t bytes = 0;
-    std::optional<DeviceMemoryRef> device;  // deliver there instead of in the reply
-  };
-  std::vector<Planned> planned;
+  ASSIGN_OR_RETURN(RestorePlan plan, PlanRestore(*reader, wants.tensors, placement));
+  if (!note.empty()) {
+    absl::StrAppend(&note, "; restored step ", step);
+    spdlog::warn("Restore of run '{}' with fallback: {}", request.run(), note);
+  }
   v1::RestoreResponse header_message;
-  v1::RestoreHeader* header = header_message.mutable_header();
-  header->set_step(step);
-  header->set_note(note);
-  for (int i = 0; i < request.tensors_size(); ++i) {
-    const v1::TensorRequest& want = request.tensors(i);
-    const std::string field = absl::StrCat("tensors[", i, "]");
-    ASSIGN_OR_RETURN(TensorInfo info, reader->Lookup(want.name()));
-    const int dtype = want.dtype() == 0 ? info.dtype : want.dtype();
-    if (dtype != info.dtype && !IsConvertible(info.dtype, dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: tensor '", want.name(), "' is stored as ",
-                                                     DataTypeName(info.dtype), " and cannot be restored as ",
-                                                     DataTypeName(dtype)));
-    }
-    if (DataTypeSize(info.dtype) == 0) {
-      return absl::UnimplementedError(absl::StrCat("tensor '", want.name(), "' has dtype ",
-                                                   DataTypeName(info.dtype), ", which Restore cannot return"));
-    }
-    if (want.shape_size() > 0 && Shape(want.shape().begin(), want.shape().end()) != info.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".shape: tensor '", want.name(),
-                                                     "' has a different stored shape"));
-    }
-    Planned p{std::move(info), dtype, {}, 0, std::nullopt};
-    if (want.has_device_memory()) {
-      if (want.has_layout()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
-                                                       "ask for one tensor per device box"));
-      }
-      ASSIGN_OR_RETURN(p.device, CheckDeviceMemory(want.device_memory(), field + ".device_memory"));
-      RETURN_IF_ERROR(device_->Available());
-    }
-    // Sizes in an index are claims: check them against the data files before
-    // allocating anything they imply.
-    if (want.has_layout()) {
-      std::vector<std::string> specs(want.layout().sharding_specs().begin(), want.layout().sharding_specs().end());
-      auto boxes = DeviceBoxes(specs, p.info.shape, placement);
-      if (!boxes.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", want.name(), "'): ", boxes.status().message()));
-      }
-      p.boxes = std::move(*boxes);
-    } else {
-      Box box = BoxFromProto(want.box(), p.info.shape, want.has_box());
-      if (absl::Status s = CheckBoxInShape(box, p.info.shape); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", want.name(), "'): ", s.message()));
-      }
-      p.boxes.push_back(std::move(box));
-    }
-    for (const Box& box : p.boxes) RETURN_IF_ERROR(reader->CheckBoxReadable(p.info, box));
-    v1::TensorDescriptor* d = header->add_tensors();
-    d->set_name(p.info.name);
-    d->set_dtype(dtype);
-    d->mutable_shape()->Add(p.info.shape.begin(), p.info.shape.end());
-    for (const Box& box : p.boxes) {
-      p.bytes += box.NumElements() * static_cast<int64_t>(DataTypeSize(dtype));
-      v1::Box* b = want.has_layout() ? d->add_device_boxes() : d->mutable_box();
-      b->mutable_start()->Add(box.start.begin(), box.start.end());
-      b->mutable_length()->Add(box.length.begin(), box.length.end());
-    }
-    planned.push_back(std::move(p));
-  }
+  *header_message.mutable_header() = RestoreHeaderFor(plan, wants, step, note);
   if (request.trainer_state()) {
-    const std::string prefix_name = TrainerStateName(request.trainer_id(), "");
-    for (const std::string& name : reader->TensorNames()) {
-      if (name.rfind(prefix_name, 0) != 0) continue;
-      const tf::BundleEntryProto& entry = *reader->Find(name);
-      RETURN_IF_ERROR(reader->CheckEntryRange(absl::StrCat("'", name, "'"), entry));
-      std::string encoded(static_cast<size_t>(entry.size()), '\0');
-      RETURN_IF_ERROR(reader->ReadEntry(absl::StrCat("'", name, "'"), entry, encoded.data()));
-      ASSIGN_OR_RETURN(std::string value, DecodeStringScalar(encoded));
-      (*header->mutable_trainer_state())[name.substr(prefix_name.size())] = std::move(value);
-    }
+    ASSIGN_OR_RETURN(auto state, ReadTrainerState(*reader, request.trainer_id()));
+    header_message.mutable_header()->mutable_trainer_state()->insert(state.begin(), state.end());
   }
-
-  // Shared-memory layout as RestoreHeader.shared_memory_offsets documents it (the
-  // client computes the same layout to check the reply).
-  int64_t shm_bytes = 0;
-  for (const Planned& p : planned) {
-    if (p.device.has_value()) {  // delivered to device memory, no room here
-      header->add_shared_memory_offsets(-1);
-      continue;
-    }
-    shm_bytes = wire::SharedMemoryOffset(shm_bytes, p.bytes);
-    header->add_shared_memory_offsets(shm_bytes);
-    shm_bytes += p.bytes;
-  }
-  header->set_shared_memory_bytes(shm_bytes);
   if (request.describe_only()) {
-    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-    return absl::OkStatus();
+    return writer->Write(header_message) ? absl::OkStatus() : absl::CancelledError("client went away");
   }
   std::shared_ptr<SharedSegment> mapped;
   if (request.has_shared_memory()) {
     ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
     const v1::SharedMemory& shm = request.shared_memory();
-    if (shm.size() < shm_bytes) {
+    if (shm.size() < plan.shared_memory_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(), " bytes, but the reply needs ",
-                                                     shm_bytes, " (see describe_only)"));
+                                                     plan.shared_memory_bytes, " (see describe_only)"));
     }
-    ASSIGN_OR_RETURN(mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), shm_bytes, SharedSegment::Access::kWrite));
+    ASSIGN_OR_RETURN(mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes,
+                                                 SharedSegment::Access::kWrite));
   }
-
-  // Read everything before sending anything, so a corrupt shard fails the whole call.
-  // Boxes are read by several threads (the reader allows it once its files are open).
-  struct Read {
-    const Planned* p;
-    const Box* box;
-    char* out;
-  };
-  std::vector<Read> reads;
-  std::vector<std::string> buffers(planned.size());
-  std::vector<StagedBuffer> device_buffers(planned.size());  // staged on the way to device memory
-  for (size_t i = 0; i < planned.size(); ++i) {
-    const Planned& p = planned[i];
-    char* out = nullptr;
-    if (p.device.has_value()) {
-      ASSIGN_OR_RETURN(device_buffers[i], staging_->Allocate(p.bytes, deadline));
-      out = device_buffers[i].data();
+  // Where each tensor lands: the segment, staging memory on its way to the device, or
+  // a buffer streamed after the header. Everything is read before anything is sent,
+  // so a corrupt shard fails the whole call.
+  std::vector<std::string> buffers(plan.items.size());
+  std::vector<StagedBuffer> device_buffers(plan.items.size());
+  std::vector<char*> outputs;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (wants.devices[i].has_value()) {
+      ASSIGN_OR_RETURN(device_buffers[i], staging_->Allocate(plan.items[i].bytes, deadline));
+      outputs.push_back(device_buffers[i].data());
     } else if (mapped != nullptr) {
-      out = mapped->data() + header->shared_memory_offsets(static_cast<int>(i));
+      outputs.push_back(mapped->data() + plan.items[i].shared_memory_offset);
     } else {
-      buffers[i].resize(static_cast<size_t>(p.bytes));
-      out = buffers[i].data();
-    }
-    for (const Box& box : p.boxes) {
-      reads.push_back({&p, &box, out});
-      out += box.NumElements() * static_cast<int64_t>(DataTypeSize(p.dtype));
+      buffers[i].resize(static_cast<size_t>(plan.items[i].bytes));
+      outputs.push_back(buffers[i].data());
     }
   }
-  std::atomic<size_t> next{0};
-  std::vector<absl::Status> failures(reads.size());
-  auto read_boxes = [&] {
-    std::string stored;
-    for (size_t i = next++; i < reads.size(); i = next++) {
-      const Read& r = reads[i];
-      const size_t count = static_cast<size_t>(r.box->NumElements());
-      if (r.p->dtype == r.p->info.dtype) {
-        failures[i] = reader->ReadBox(r.p->info, *r.box, r.out);
-      } else {
-        stored.resize(count * DataTypeSize(r.p->info.dtype));
-        failures[i] = reader->ReadBox(r.p->info, *r.box, stored.data());
-        if (failures[i].ok()) {
-          failures[i] = ConvertElements(r.p->info.dtype, stored.data(), r.p->dtype, r.out, count);
-        }
-      }
-    }
-  };
-  std::vector<std::thread> readers;
-  const size_t threads = std::min<size_t>(reads.size(), kRestoreReadThreads);
-  for (size_t i = 1; i < threads; ++i) readers.emplace_back(read_boxes);
-  read_boxes();
-  for (std::thread& t : readers) t.join();
-  for (const absl::Status& failure : failures) RETURN_IF_ERROR(failure);
-  for (size_t i = 0; i < planned.size(); ++i) {
-    if (!planned[i].device.has_value()) continue;
-    if (absl::Status s = device_->CopyToDevice(device_buffers[i], *planned[i].device); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("tensor '", planned[i].info.name, "': ", s.message()));
+  RETURN_IF_ERROR(ReadPlan(*reader, plan, outputs, kRestoreReadThreads));
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (!wants.devices[i].has_value()) continue;
+    if (absl::Status s = device_->CopyToDevice(device_buffers[i], *wants.devices[i]); !s.ok()) {
+      return Annotate(s, absl::StrCat("tensor '", plan.items[i].info.name, "'"));
     }
     device_buffers[i] = StagedBuffer();
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+  return SendChunks(buffers, writer);
+}
+
+v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
+                                                 const std::string& note) {
+  v1::RestoreHeader header;
+  header.set_step(step);
+  header.set_note(note);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const RestoreItem& item = plan.items[i];
+    v1::TensorDescriptor* d = header.add_tensors();
+    d->set_name(item.info.name);
+    d->set_dtype(item.dtype);
+    d->mutable_shape()->Add(item.info.shape.begin(), item.info.shape.end());
+    for (const Box& box : item.boxes) {
+      v1::Box* b = wants.tensors[i].layout.has_value() ? d->add_device_boxes() : d->mutable_box();
+      b->mutable_start()->Add(box.start.begin(), box.start.end());
+      b->mutable_length()->Add(box.length.begin(), box.length.end());
+    }
+    header.add_shared_memory_offsets(item.shared_memory_offset);
+  }
+  header.set_shared_memory_bytes(plan.shared_memory_bytes);
+  return header;
+}
+
+absl::Status CkptdService::SendChunks(std::vector<std::string>& buffers, grpc::ServerWriter<v1::RestoreResponse>* writer) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     for (size_t off = 0; off < buffers[i].size(); off += wire::kRestoreChunkBytes) {
-      v1::RestoreResponse chunk_message;
-      v1::RestoreChunk* chunk = chunk_message.mutable_chunk();
+      v1::RestoreResponse message;
+      v1::RestoreChunk* chunk = message.mutable_chunk();
       chunk->set_tensor_index(static_cast<int>(i));
       chunk->set_offset(static_cast<int64_t>(off));
       chunk->set_data(buffers[i].substr(off, wire::kRestoreChunkBytes));
-      if (!writer->Write(chunk_message)) return absl::CancelledError("client went away");
+      if (!writer->Write(message)) return absl::CancelledError("client went away");
     }
-    std::string().swap(buffers[i]);
+    std::string().swap(buffers[i]);  // memory back as soon as it is sent
   }
   return absl::OkStatus();
 }

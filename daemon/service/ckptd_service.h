@@ -12,8 +12,9 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include "ckptd/v1/ckptd.grpc.pb.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/step_registry.h"
+#include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/device_stager.h"
@@ -88,6 +89,14 @@ class CkptdService final
                                              const std::shared_ptr<SharedSegment>& mapped);
   absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer, absl::Time deadline,
                          grpc::ServerWriter<v1::RestoreResponse>* writer);
+  // One candidate step: plan, read (verifying), then send. DATA_LOSS before anything
+  // was sent, so that fallback can try an older step. `note` says what was skipped.
+  absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants, const Placement& placement,
+                           int64_t step, std::string note, const std::string& peer, absl::Time deadline,
+                           grpc::ServerWriter<v1::RestoreResponse>* writer);
+  static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
+                                            const std::string& note);
+  static absl::Status SendChunks(std::vector<std::string>& buffers, grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;
   StepRegistry* registry_;

@@ -35,9 +35,6 @@ Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box) {
   return Box{{proto.start().begin(), proto.start().end()}, {proto.length().begin(), proto.length().end()}};
 }
 
-std::string TrainerStateName(int trainer_id, const std::string& key) {
-  return absl::StrCat(kTrainerStatePrefix, trainer_id, "/", key);
-}
 
 absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
                                             const google::protobuf::RepeatedField<int64_t>& device_ids) {
@@ -61,17 +58,6 @@ absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
   return placement;
 }
 
-absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
-                                             const Placement& placement) {
-  if (!placement.mesh.has_value()) return absl::InvalidArgumentError("layout: the request declares no mesh");
-  ASSIGN_OR_RETURN(Layout layout, MakeLayout(sharding_specs, *placement.mesh));
-  std::vector<Box> boxes;
-  for (int64_t device : placement.device_ids) {
-    ASSIGN_OR_RETURN(Box box, layout.BoxFor(shape, device));
-    boxes.push_back(std::move(box));
-  }
-  return boxes;
-}
 
 absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,
                                 std::vector<CheckedTensor>* out) {
@@ -169,6 +155,34 @@ absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory
   }
   if (memory.offset() < 0) return absl::InvalidArgumentError(absl::StrCat(field, ".offset: negative"));
   return DeviceMemoryRef{memory.ipc_handle(), memory.offset(), memory.device_uuid()};
+}
+
+absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& request) {
+  RestoreWants wants;
+  for (int i = 0; i < request.tensors_size(); ++i) {
+    const v1::TensorRequest& t = request.tensors(i);
+    const std::string field = absl::StrCat("tensors[", i, "]");
+    TensorWant want{.name = t.name(), .dtype = t.dtype(), .shape = Shape(t.shape().begin(), t.shape().end())};
+    if (t.has_layout()) {
+      want.layout = std::vector<std::string>(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
+    } else if (t.has_box()) {
+      want.box = BoxFromProto(t.box(), {}, true);
+      if (want.box->rank() == 0) want.box.reset();  // set but empty: the whole tensor
+    }
+    std::optional<DeviceMemoryRef> device;
+    if (t.has_device_memory()) {
+      if (t.has_layout()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
+                                                       "ask for one tensor per device box"));
+      }
+      ASSIGN_OR_RETURN(device, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
+      want.to_device = true;
+      wants.any_on_device = true;
+    }
+    wants.tensors.push_back(std::move(want));
+    wants.devices.push_back(std::move(device));
+  }
+  return wants;
 }
 
 }  // namespace ckptd

@@ -11,7 +11,9 @@
 #include "absl/status/statusor.h"
 #include "ckptd/v1/ckptd.pb.h"
 #include "daemon/layout/box.h"
+#include "daemon/bundle/bundle.h"
 #include "daemon/layout/mesh.h"
+#include "daemon/restore/restore_plan.h"
 #include "daemon/staging/device_stager.h"
 
 namespace ckptd {
@@ -24,17 +26,6 @@ inline constexpr int kMaxRank = 32;
 absl::Status ValidateRunName(const std::string& run);
 
 inline constexpr size_t kMaxStateKeyLength = 256;
-inline constexpr char kTrainerStatePrefix[] = "_ckptd/trainer_state/";
-
-// The tensor name under which trainer `trainer_id` keeps state `key`: no two
-// trainers' names can collide, and no user tensor (names may not start with "_ckptd/").
-std::string TrainerStateName(int trainer_id, const std::string& key);
-
-// A request's placement: its mesh (if any) and the trainer's devices on it.
-struct Placement {
-  std::optional<Mesh> mesh;
-  std::vector<int64_t> device_ids;
-};
 // An empty mesh string with no device ids is "no mesh". Otherwise the mesh must parse,
 // and device ids must be non-empty, distinct and in the mesh.
 absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
@@ -57,8 +48,15 @@ struct CheckedTensor {
 absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory, const std::string& field);
 
 // The boxes of a tensor with a layout, one per device of `placement`.
-absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
-                                             const Placement& placement);
+
+// A Restore request's tensors as the restore planner takes them, with the device
+// memory each is delivered to, if any.
+struct RestoreWants {
+  std::vector<TensorWant> tensors{};
+  std::vector<std::optional<DeviceMemoryRef>> devices{};  // one per tensor
+  bool any_on_device = false;
+};
+absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& request);
 
 // Checks every descriptor of a Save header (name, dtype, shape, box, duplicates).
 absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/common/temp_dir.h"
 #include "tests/fault/fault_file_system.h"
 #include "tests/fault/in_process_job.h"

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/staging/staging_area.h"

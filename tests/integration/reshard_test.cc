@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "daemon/layout/cast.h"
 #include "daemon/layout/mesh.h"
 #include "tests/integration/cluster.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/cluster_fixture.h"
 

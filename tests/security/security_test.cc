@@ -15,7 +15,7 @@
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/common/temp_dir.h"
 #include "tests/integration/cluster.h"
 

@@ -1,4 +1,4 @@
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

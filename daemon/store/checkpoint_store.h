@@ -2,10 +2,11 @@
 // <root>/<run>/step-NNNNNNNN/ckpt.{index,data-*}, ckptd.json; temp directories are
 // <root>/<run>/.tmp-step-NNNNNNNN and never count as committed. Stateless apart from
 // the root; thread-safe as its FileSystem is.
-#ifndef CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
-#define CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
+#ifndef CKPTD_DAEMON_STORE_CHECKPOINT_STORE_H_
+#define CKPTD_DAEMON_STORE_CHECKPOINT_STORE_H_
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ class CheckpointStore {
   // Committed(), with an error read as false: only for refusals that a later check
   // repeats (a Save of a step already committed).
   bool IsCommitted(const std::string& run, int64_t step) const;
+  // The steps a restore tries, in order: `step` if given (NOT_FOUND if it is not
+  // committed), else the newest committed step, followed with `fallback` by every
+  // older one (the caller moves on when reading one fails verification). NOT_FOUND
+  // when the run has no committed step.
+  absl::StatusOr<std::vector<int64_t>> RestoreCandidates(const std::string& run, std::optional<int64_t> step,
+                                                         bool fallback) const;
   // Rewrites TF's `checkpoint` state file for the run from what is committed.
   absl::Status WriteStateFile(const std::string& run) const;
 
@@ -66,4 +73,4 @@ class CheckpointStore {
 
 }  // namespace ckptd
 
-#endif  // CKPTD_DAEMON_COORD_CHECKPOINT_STORE_H_
+#endif  // CKPTD_DAEMON_STORE_CHECKPOINT_STORE_H_

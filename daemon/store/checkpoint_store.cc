@@ -1,4 +1,4 @@
-#include "daemon/coord/checkpoint_store.h"
+#include "daemon/store/checkpoint_store.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -73,6 +73,21 @@ absl::StatusOr<bool> CheckpointStore::Committed(const std::string& run, int64_t 
 
 bool CheckpointStore::IsCommitted(const std::string& run, int64_t step) const {
   return Committed(run, step).value_or(false);
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckpointStore::RestoreCandidates(const std::string& run,
+                                                                        std::optional<int64_t> step,
+                                                                        bool fallback) const {
+  if (step.has_value()) {
+    ASSIGN_OR_RETURN(bool committed, Committed(run, *step));
+    if (!committed) return absl::NotFoundError(absl::StrCat("run '", run, "' has no committed step ", *step));
+    return std::vector<int64_t>{*step};
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
+  if (steps.empty()) return absl::NotFoundError(absl::StrCat("run '", run, "' has no committed checkpoint"));
+  std::reverse(steps.begin(), steps.end());
+  if (!fallback) steps.resize(1);
+  return steps;
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run) const {

@@ -1,0 +1,137 @@
+#include "daemon/restore/restore_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "ckptd/v1/wire.h"
+#include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
+#include "daemon/layout/cast.h"
+
+namespace ckptd {
+namespace {
+
+// The boxes `want` asks for, each checked against the stored shape.
+absl::StatusOr<std::vector<Box>> WantedBoxes(const TensorWant& want, const TensorInfo& info,
+                                             const Placement& placement, const std::string& field) {
+  if (want.layout.has_value()) {
+    auto boxes = DeviceBoxes(*want.layout, info.shape, placement);
+    if (!boxes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", want.name, "'): ", boxes.status().message()));
+    }
+    return std::move(*boxes);
+  }
+  Box box = want.box.value_or(Box::Full(info.shape));
+  if (absl::Status s = CheckBoxInShape(box, info.shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", want.name, "'): ", s.message()));
+  }
+  return std::vector<Box>{std::move(box)};
+}
+
+absl::StatusOr<RestoreItem> PlanOne(BundleReader& reader, const TensorWant& want, const Placement& placement,
+                                    const std::string& field) {
+  ASSIGN_OR_RETURN(TensorInfo info, reader.Lookup(want.name));
+  const int dtype = want.dtype == 0 ? info.dtype : want.dtype;
+  if (dtype != info.dtype && !IsConvertible(info.dtype, dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: tensor '", want.name, "' is stored as ",
+                                                   DataTypeName(info.dtype), " and cannot be restored as ",
+                                                   DataTypeName(dtype)));
+  }
+  if (DataTypeSize(info.dtype) == 0) {
+    return absl::UnimplementedError(absl::StrCat("tensor '", want.name, "' has dtype ", DataTypeName(info.dtype),
+                                                 ", which Restore cannot return"));
+  }
+  if (!want.shape.empty() && want.shape != info.shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: tensor '", want.name, "' has a different stored shape"));
+  }
+  ASSIGN_OR_RETURN(std::vector<Box> boxes, WantedBoxes(want, info, placement, field));
+  // Sizes in an index are claims: checked against the data files before anything
+  // they imply is allocated.
+  for (const Box& box : boxes) RETURN_IF_ERROR(reader.CheckBoxReadable(info, box));
+  int64_t bytes = 0;
+  for (const Box& box : boxes) bytes += box.NumElements() * static_cast<int64_t>(DataTypeSize(dtype));
+  return RestoreItem{.info = std::move(info), .dtype = dtype, .boxes = std::move(boxes), .bytes = bytes};
+}
+
+}  // namespace
+
+absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<TensorWant>& wants,
+                                        const Placement& placement) {
+  RestorePlan plan;
+  for (size_t i = 0; i < wants.size(); ++i) {
+    ASSIGN_OR_RETURN(RestoreItem item, PlanOne(reader, wants[i], placement, absl::StrCat("tensors[", i, "]")));
+    if (!wants[i].to_device) {
+      item.shared_memory_offset = wire::SharedMemoryOffset(plan.shared_memory_bytes, item.bytes);
+      plan.shared_memory_bytes = item.shared_memory_offset + item.bytes;
+    }
+    plan.items.push_back(std::move(item));
+  }
+  return plan;
+}
+
+absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
+                      int threads) {
+  if (outputs.size() != plan.items.size()) {
+    return absl::InternalError(absl::StrCat("ReadPlan: ", outputs.size(), " outputs for ", plan.items.size(), " items"));
+  }
+  // Every data file is opened first: the files stay readable whatever happens to the
+  // directory meanwhile (retention), and a missing one fails before any read.
+  RETURN_IF_ERROR(reader.OpenAllDataFiles());
+  struct Read {
+    const RestoreItem* item;
+    const Box* box;
+    char* out;
+  };
+  std::vector<Read> reads;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    char* out = outputs[i];
+    for (const Box& box : plan.items[i].boxes) {
+      reads.push_back({.item = &plan.items[i], .box = &box, .out = out});
+      out += box.NumElements() * static_cast<int64_t>(DataTypeSize(plan.items[i].dtype));
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::vector<absl::Status> failures(reads.size());
+  auto read_boxes = [&] {
+    std::string stored;
+    for (size_t i = next++; i < reads.size(); i = next++) {
+      const Read& r = reads[i];
+      const TensorInfo& info = r.item->info;
+      if (r.item->dtype == info.dtype) {
+        failures[i] = reader.ReadBox(info, *r.box, r.out);
+        continue;
+      }
+      const size_t count = static_cast<size_t>(r.box->NumElements());
+      stored.resize(count * DataTypeSize(info.dtype));
+      failures[i] = reader.ReadBox(info, *r.box, stored.data());
+      if (failures[i].ok()) failures[i] = ConvertElements(info.dtype, stored.data(), r.item->dtype, r.out, count);
+    }
+  };
+  std::vector<std::thread> helpers;
+  const size_t wanted = std::min<size_t>(reads.size(), static_cast<size_t>(std::max(threads, 1)));
+  for (size_t i = 1; i < wanted; ++i) helpers.emplace_back(read_boxes);
+  read_boxes();
+  for (std::thread& t : helpers) t.join();
+  for (const absl::Status& failure : failures) RETURN_IF_ERROR(failure);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadTrainerState(BundleReader& reader, int trainer_id) {
+  std::map<std::string, std::string> state;
+  const std::string prefix = TrainerStateName(trainer_id, "");
+  for (const std::string& name : reader.TensorNames()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const tf::BundleEntryProto& entry = *reader.Find(name);
+    const std::string label = PieceLabel(name, Box{}, Shape{}, /*sliced=*/false);
+    RETURN_IF_ERROR(reader.CheckEntryRange(label, entry));
+    std::string encoded(static_cast<size_t>(entry.size()), '\0');
+    RETURN_IF_ERROR(reader.ReadEntry(label, entry, encoded.data()));
+    ASSIGN_OR_RETURN(state[name.substr(prefix.size())], DecodeStringScalar(encoded));
+  }
+  return state;
+}
+
+}  // namespace ckptd

@@ -23,6 +23,7 @@
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
 #include "daemon/store/checkpoint_store.h"
 #include "daemon/layout/cast.h"
@@ -84,13 +85,13 @@ absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& 
   return BundleReader::Open(fs, *prefix);
 }
 
-// ckptd.json beside a prefix, when the checkpoint is ours; an empty object otherwise.
-json ReadMeta(const std::string& prefix) {
-  auto text = ckptd::PosixFileSystem()->ReadFileToString(ckptd::JoinPath(ckptd::DirName(prefix), "ckptd.json"),
-                                                        1 << 28);
-  if (!text.ok()) return json::object();
-  json meta = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  return meta.is_object() ? meta : json::object();
+// ckptd.json beside a prefix, when the checkpoint is ours (and readable); else
+// defaults (a checkpoint TensorFlow wrote has none).
+ckptd::CheckpointMeta ReadMeta(const std::string& prefix) {
+  auto text = ckptd::PosixFileSystem()->ReadFileToString(
+      ckptd::JoinPath(ckptd::DirName(prefix), ckptd::kCheckpointMetaFile), 1 << 28);
+  if (!text.ok()) return ckptd::CheckpointMeta{};
+  return ckptd::CheckpointMeta::FromJson(*text).value_or(ckptd::CheckpointMeta{});
 }
 
 std::string ShapeString(const ckptd::Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
@@ -162,9 +163,9 @@ int Ls(const std::string& dir, bool as_json) {
     if (auto names = fs->ListDir(path); names.ok()) {
       for (const auto& n : *names) bytes += fs->FileSize(ckptd::JoinPath(path, n)).value_or(0);
     }
-    const json meta = ReadMeta(ckptd::CheckpointStore::Prefix(path));
-    const double created = meta.value("created_unix", 0.0);
-    const double commit = meta.contains("timings") ? meta["timings"].value("commit_seconds", 0.0) : 0.0;
+    const ckptd::CheckpointMeta meta = ReadMeta(ckptd::CheckpointStore::Prefix(path));
+    const double created = static_cast<double>(meta.created_unix);
+    const double commit = meta.commit_seconds;
     if (as_json) {
       json j = {{"step", step}, {"path", path}, {"bytes", bytes}, {"latest", step == latest}};
       if (created > 0) j["created_unix"] = created;
@@ -189,11 +190,11 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
   auto names = SelectNames(**reader, pattern);
   if (!names.ok()) return Error(names.status());
   // ckptd.json, when the checkpoint is ours, adds the mesh and each tensor's layout.
-  const json meta = ReadMeta(prefix);
-  const std::string mesh = meta.value("mesh", "");
+  const ckptd::CheckpointMeta meta = ReadMeta(prefix);
+  const std::string mesh = meta.mesh;
   std::map<std::string, std::string> layouts;
-  for (const auto& t : meta.value("tensors", json::array())) {
-    if (t.contains("layout") && t["layout"].is_string()) layouts[t.value("name", "")] = t["layout"];
+  for (const ckptd::CheckpointMeta::Tensor& t : meta.tensors) {
+    if (!t.layout.empty()) layouts[t.name] = t.layout;
   }
   json entries = json::array();
   if (!as_json) {
@@ -368,9 +369,9 @@ int Export(const std::string& arg, const std::string& format, const std::string&
     std::vector<ckptd::ExportTensor> tensors;
     for (const ckptd::TensorInfo& info : infos) tensors.push_back({info.name, info.dtype, info.shape});
     const std::string path = ckptd::JoinPath(out_dir, "model.safetensors");
-    const json meta = ReadMeta(prefix);
+    const ckptd::CheckpointMeta meta = ReadMeta(prefix);
     std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}, {"source", prefix}};
-    if (meta.contains("step")) metadata.emplace_back("step", meta["step"].dump());
+    if (!meta.run.empty()) metadata.emplace_back("step", std::to_string(meta.step));
     absl::Status s = ckptd::WriteSafetensors(fs, path, tensors, metadata, [&](size_t i, std::string* out) {
       total += ckptd::Box::Full(infos[i].shape).NumElements() * ckptd::DataTypeSize(infos[i].dtype);
       return ReadWhole(**reader, infos[i], /*widen_bfloat16=*/false, out);

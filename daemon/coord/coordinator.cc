@@ -6,7 +6,6 @@
 #include <atomic>
 #include <deque>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
 #include "daemon/bundle/ordered_code.h"
 #include "daemon/layout/mesh.h"
@@ -649,8 +649,13 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
 
   // (name, box) -> where its bytes landed.
   std::map<std::pair<std::string, Box>, internal::WrittenEntry> located;
-  nlohmann::json hosts = nlohmann::json::array();
-  double max_write_seconds = 0;
+  CheckpointMeta meta{.version = options_.version,
+                      .run = key.run,
+                      .step = key.step,
+                      .num_hosts = num_shards,
+                      .trainer_count = trainer_count,
+                      .mesh = plan.mesh,
+                      .bytes_per_host = plan.bytes_per_host};
   for (int host = 0; host < static_cast<int>(gathered.size()); ++host) {
     internal::WrittenEntries list;
     if (!list.ParseFromString(gathered[host])) {
@@ -659,15 +664,14 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
     for (const internal::WrittenEntry& e : list.entries()) {
       located[{e.name(), BoxOf(e.start(), e.length())}] = e;
     }
-    hosts.push_back({{"rank", host},
-                     {"file", DataPath("ckpt", host, num_shards)},
-                     {"bytes", list.file_bytes()},
-                     {"write_seconds", list.write_seconds()}});
-    max_write_seconds = std::max(max_write_seconds, list.write_seconds());
+    meta.hosts.push_back({.rank = host,
+                          .file = DataPath("ckpt", host, num_shards),
+                          .bytes = list.file_bytes(),
+                          .write_seconds = list.write_seconds()});
+    meta.max_write_seconds = std::max(meta.max_write_seconds, list.write_seconds());
   }
 
   IndexBuilder index(num_shards);
-  nlohmann::json tensors = nlohmann::json::array();
   for (const PlannedTensor& t : plan.tensors) {
     auto entry_for = [&](const PlannedBox& b) -> absl::StatusOr<tf::BundleEntryProto> {
       auto it = located.find({t.name, b.box});
@@ -683,16 +687,13 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
       e.set_crc32c(it->second.crc32c());
       return e;
     };
-    nlohmann::json boxes = nlohmann::json::array();
-    for (const PlannedBox& b : t.boxes) {
-      boxes.push_back({{"start", b.box.start}, {"length", b.box.length}, {"writer", b.writer}});
-    }
-    nlohmann::json tensor = {{"name", t.name}, {"dtype", DataTypeName(t.dtype)}, {"shape", t.shape}, {"boxes", boxes}};
+    CheckpointMeta::Tensor tensor{.name = t.name, .dtype = DataTypeName(t.dtype), .shape = t.shape};
+    for (const PlannedBox& b : t.boxes) tensor.boxes.push_back({.box = b.box, .writer = b.writer});
     if (t.has_layout && !plan.mesh.empty()) {
       auto mesh = ParseMesh(plan.mesh);
-      if (mesh.ok()) tensor["layout"] = Layout{t.sharding_specs, *mesh}.ToString();
+      if (mesh.ok()) tensor.layout = Layout{t.sharding_specs, *mesh}.ToString();
     }
-    tensors.push_back(std::move(tensor));
+    meta.tensors.push_back(std::move(tensor));
 
     if (t.boxes.size() == 1 && t.boxes[0].box.IsFull(t.shape)) {
       ASSIGN_OR_RETURN(tf::BundleEntryProto e, entry_for(t.boxes[0]));
@@ -712,24 +713,11 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
   }
   ASSIGN_OR_RETURN(std::string index_bytes, index.Finish());
 
-  nlohmann::json meta = {
-      {"format", "ckptd/1"},
-      {"version", options_.version},
-      {"run", key.run},
-      {"step", key.step},
-      {"num_hosts", num_shards},
-      {"trainer_count", trainer_count},
-      {"mesh", plan.mesh},
-      {"created_unix", absl::ToUnixSeconds(absl::Now())},
-      {"bytes_per_host", plan.bytes_per_host},
-      {"hosts", hosts},
-      {"tensors", tensors},
-      {"timings", {{"max_write_seconds", max_write_seconds},
-                   {"commit_seconds", absl::ToDoubleSeconds(absl::Now() - started)}}},
-  };
+  meta.created_unix = absl::ToUnixSeconds(absl::Now());
+  meta.commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   FileSystem* fs = store_->fs();
   for (const auto& [path, contents] :
-       {std::make_pair(IndexPath(prefix), index_bytes), std::make_pair(JoinPath(temp_dir, "ckptd.json"), meta.dump(1))}) {
+       {std::make_pair(IndexPath(prefix), index_bytes), std::make_pair(JoinPath(temp_dir, kCheckpointMetaFile), meta.ToJson())}) {
     ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewWritableFile(path));
     RETURN_IF_ERROR(file->Append(contents));
     RETURN_IF_ERROR(file->Sync());

@@ -1,4 +1,5 @@
 #include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
 
 #include <gtest/gtest.h>
 
@@ -224,6 +225,39 @@ TEST(CheckpointStateTest, RoundTrip) {
   EXPECT_EQ(parsed->model_checkpoint_path, state.model_checkpoint_path);
   EXPECT_EQ(parsed->all_model_checkpoint_paths, state.all_model_checkpoint_paths);
   EXPECT_FALSE(ParseCheckpointState("garbage").ok());
+}
+
+}  // namespace
+}  // namespace ckptd
+
+namespace ckptd {
+namespace {
+
+TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
+  CheckpointMeta meta{.version = "0.1.0",
+                      .run = "r",
+                      .step = 300,
+                      .num_hosts = 2,
+                      .trainer_count = 4,
+                      .mesh = "|x=2|0,1|0|/d:0",
+                      .created_unix = 1700000000,
+                      .bytes_per_host = {10, 20}};
+  meta.hosts.push_back({.rank = 1, .file = "ckpt.data-00001-of-00002", .bytes = 20, .write_seconds = 0.5});
+  meta.tensors.push_back({.name = "w",
+                          .dtype = "float",
+                          .shape = {4, 2},
+                          .boxes = {{.box = Box{{0, 0}, {2, 2}}, .writer = 0}, {.box = Box{{2, 0}, {2, 2}}, .writer = 1}},
+                          .layout = "sharding_specs:x,unsharded, mesh:|x=2|0,1|0|/d:0"});
+  meta.commit_seconds = 1.25;
+  auto back = CheckpointMeta::FromJson(meta.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), meta.ToJson());
+  EXPECT_EQ(back->tensors[0].boxes[1].box, (Box{{2, 0}, {2, 2}}));
+  EXPECT_EQ(back->hosts[0].file, "ckpt.data-00001-of-00002");
+  for (const std::string& bad : {std::string("[]"), std::string("{\"format\": \"other/1\"}"),
+                                 std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{")}) {
+    EXPECT_EQ(CheckpointMeta::FromJson(bad).status().code(), absl::StatusCode::kDataLoss) << bad;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+// CheckpointMeta: ckptd.json, what ckptd records beside a TensorFlow checkpoint (the
+// mesh, each tensor's layout and boxes with their writers, the hosts and their files,
+// timings). Written by the coordinator at merge, read by ckptctl; the schema is in
+// docs/format.md. A plain value type; ToJson/FromJson are pure.
+#ifndef CKPTD_DAEMON_BUNDLE_CHECKPOINT_META_H_
+#define CKPTD_DAEMON_BUNDLE_CHECKPOINT_META_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/layout/box.h"
+
+namespace ckptd {
+
+inline constexpr char kCheckpointMetaFile[] = "ckptd.json";
+inline constexpr char kCheckpointMetaFormat[] = "ckptd/1";
+
+struct CheckpointMeta {
+  struct Host {
+    int rank = 0;
+    std::string file{};  // its data file, relative to the step directory
+    int64_t bytes = 0;
+    double write_seconds = 0;
+  };
+  struct PlacedBox {
+    Box box{};
+    int writer = 0;  // the rank whose data file holds it
+  };
+  struct Tensor {
+    std::string name{};
+    std::string dtype{};  // TF's lower-case name
+    Shape shape{};
+    std::vector<PlacedBox> boxes{};
+    std::string layout{};  // DTensor layout string; empty when saved with boxes
+  };
+
+  std::string format = kCheckpointMetaFormat;
+  std::string version{};
+  std::string run{};
+  int64_t step = 0;
+  int num_hosts = 0;
+  int trainer_count = 0;
+  std::string mesh{};
+  int64_t created_unix = 0;
+  std::vector<int64_t> bytes_per_host{};
+  std::vector<Host> hosts{};
+  std::vector<Tensor> tensors{};
+  double max_write_seconds = 0;
+  double commit_seconds = 0;
+
+  // Indented JSON text.
+  std::string ToJson() const;
+  // DATA_LOSS naming what is wrong for text that is not such a document; fields it
+  // does not know are ignored (a newer writer may add some).
+  static absl::StatusOr<CheckpointMeta> FromJson(const std::string& text);
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_BUNDLE_CHECKPOINT_META_H_

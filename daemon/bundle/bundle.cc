@@ -286,6 +286,53 @@ absl::Status IndexBuilder::Add(std::string key, tf::BundleEntryProto entry) {
   return absl::OkStatus();
 }
 
+absl::Status IndexBuilder::AddTensor(const std::string& name, int dtype, const Shape& shape,
+                                     std::vector<std::pair<Box, tf::BundleEntryProto>> pieces) {
+  for (auto& [box, entry] : pieces) {
+    entry.set_dtype(dtype);
+    *entry.mutable_shape() = ShapeToProto(box.length);
+  }
+  if (pieces.size() == 1 && pieces[0].first.IsFull(shape)) return Add(name, std::move(pieces[0].second));
+  tf::BundleEntryProto full;
+  full.set_dtype(dtype);
+  *full.mutable_shape() = ShapeToProto(shape);
+  for (auto& [box, entry] : pieces) {
+    *full.add_slices() = BoxToSliceProto(box, shape);
+    RETURN_IF_ERROR(Add(ordered_code::EncodeTensorNameSlice(name, box, shape), std::move(entry)));
+  }
+  return Add(name, std::move(full));
+}
+
+absl::StatusOr<std::unique_ptr<DataFileWriter>> DataFileWriter::Create(FileSystem* fs, const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewDirectWritableFile(path));
+  return std::unique_ptr<DataFileWriter>(new DataFileWriter(fs, path, std::move(file)));
+}
+
+int64_t DataFileWriter::EntryOffset(int64_t end, int64_t bytes) {
+  return bytes >= wire::kAlignLargeFrom ? wire::AlignUp(end, wire::kDirectIoAlignment) : end;
+}
+
+absl::StatusOr<int64_t> DataFileWriter::AppendUnchecked(absl::string_view bytes) {
+  static const std::string* const kZeros = new std::string(static_cast<size_t>(wire::kDirectIoAlignment), '\0');
+  const int64_t offset = EntryOffset(size_, static_cast<int64_t>(bytes.size()));
+  if (offset > size_) RETURN_IF_ERROR(file_->Append(absl::string_view(kZeros->data(), offset - size_)));
+  RETURN_IF_ERROR(file_->Append(bytes));
+  size_ = offset + static_cast<int64_t>(bytes.size());
+  return offset;
+}
+
+absl::StatusOr<DataFileWriter::Written> DataFileWriter::Append(int dtype, int64_t elements, absl::string_view bytes) {
+  ASSIGN_OR_RETURN(uint32_t crc, EntryChecksum(dtype, elements, bytes.data(), bytes.size()));
+  ASSIGN_OR_RETURN(int64_t offset, AppendUnchecked(bytes));
+  return Written{.offset = offset, .crc32c = crc};
+}
+
+absl::Status DataFileWriter::Finish() {
+  RETURN_IF_ERROR(file_->Sync());
+  RETURN_IF_ERROR(file_->Close());
+  return fs_->SyncDir(DirName(path_));
+}
+
 absl::StatusOr<std::string> IndexBuilder::Finish() {
   std::string out;
   StringSink sink(&out);

@@ -52,6 +52,13 @@ class IndexBuilder {
   explicit IndexBuilder(int num_shards) : num_shards_(num_shards) {}
   // ALREADY_EXISTS on a duplicate key; "" is reserved for the header.
   absl::Status Add(std::string key, tf::BundleEntryProto entry);
+  // One tensor saved as `pieces` (each box with the entry of its bytes: shard, offset,
+  // size, crc32c; dtype and shape are filled in here). One piece covering the whole
+  // tensor is a plain entry; otherwise TF's sliced layout: a full-tensor entry listing
+  // the slices and holding no bytes, plus one entry per slice under the OrderedCode key
+  // of name and slice (the layout BundleReader::Lookup decodes).
+  absl::Status AddTensor(const std::string& name, int dtype, const Shape& shape,
+                         std::vector<std::pair<Box, tf::BundleEntryProto>> pieces);
   absl::StatusOr<std::string> Finish();
 
  private:
@@ -62,6 +69,38 @@ class IndexBuilder {
 // How messages and logs name one saved piece, as people write it: `'w'` for a whole
 // tensor, `'opt/m' slice 0,16:-` for a slice (never the binary OrderedCode key).
 std::string PieceLabel(const std::string& name, const Box& box, const Shape& shape, bool sliced);
+
+// Writes one data file of a bundle through the FileSystem's O_DIRECT writer: entries
+// in order, each of wire::kAlignLargeFrom bytes or more starting at a 4 KiB-aligned
+// offset (zero padding before it), so that large entries go to disk straight from
+// the caller's memory and are read back with O_DIRECT. One thread at a time.
+class DataFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<DataFileWriter>> Create(FileSystem* fs, const std::string& path);
+  // Where an entry of `bytes` bytes starts when the file so far ends at `end`.
+  static int64_t EntryOffset(int64_t end, int64_t bytes);
+
+  struct Written {
+    int64_t offset = 0;
+    uint32_t crc32c = 0;  // masked, as TF stores it
+  };
+  // Appends one entry and checksums it (see EntryChecksum for string tensors).
+  absl::StatusOr<Written> Append(int dtype, int64_t elements, absl::string_view bytes);
+  // Appends one entry whose checksum the caller computes elsewhere (on other threads,
+  // while this one writes); returns its offset.
+  absl::StatusOr<int64_t> AppendUnchecked(absl::string_view bytes);
+  // Syncs and closes the file and syncs its directory: the bytes are durable.
+  absl::Status Finish();
+  int64_t size() const { return size_; }
+
+ private:
+  DataFileWriter(FileSystem* fs, std::string path, std::unique_ptr<WritableFile> file)
+      : fs_(fs), path_(std::move(path)), file_(std::move(file)) {}
+  FileSystem* fs_;
+  std::string path_;
+  std::unique_ptr<WritableFile> file_;
+  int64_t size_ = 0;
+};
 
 // One saved piece of a tensor: its box and the entry holding its bytes.
 struct SavedPiece {

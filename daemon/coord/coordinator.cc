@@ -17,7 +17,6 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
-#include "daemon/bundle/ordered_code.h"
 #include "daemon/layout/mesh.h"
 
 namespace ckptd {
@@ -571,15 +570,6 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
       if (used.count(&t) == 0) t.bytes = StagedBuffer();
     }
   }
-  // Large boxes start at 4 KiB-aligned offsets (TF readers follow each entry's offset)
-  // so that O_DIRECT writes come straight from staging memory.
-  constexpr int64_t kAlignFrom = wire::kAlignLargeFrom, kAlign = wire::kDirectIoAlignment;
-  int64_t offset = 0;
-  for (Job& j : jobs) {
-    if (j.staged->bytes.size() >= kAlignFrom) offset = (offset + kAlign - 1) / kAlign * kAlign;
-    j.offset = offset;
-    offset += j.staged->bytes.size();
-  }
   auto finish = [](Job& j) {
     if (j.left.fetch_sub(1) == 1) j.staged->bytes = StagedBuffer();
   };
@@ -598,22 +588,19 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   };
   std::vector<std::thread> checksummers;
   for (int i = 0; i < std::max(1, options_.checksum_threads); ++i) checksummers.emplace_back(checksum);
+  int64_t file_bytes = 0;
   absl::Status written = [&]() -> absl::Status {
     const std::string path =
         DataPath(CheckpointStore::Prefix(store_->TempDir(key.run, key.step)), rank, collective_->size());
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, store_->fs()->NewDirectWritableFile(path));
-    int64_t at = 0;
-    const std::string zeros(kAlign, '\0');
+    ASSIGN_OR_RETURN(std::unique_ptr<DataFileWriter> file, DataFileWriter::Create(store_->fs(), path));
     for (Job& j : jobs) {
-      if (j.offset > at) RETURN_IF_ERROR(file->Append(absl::string_view(zeros.data(), j.offset - at)));
       const StagedBuffer& bytes = j.staged->bytes;
-      RETURN_IF_ERROR(file->Append(absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
-      at = j.offset + bytes.size();
+      ASSIGN_OR_RETURN(j.offset,
+                       file->AppendUnchecked(absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
       finish(j);
     }
-    RETURN_IF_ERROR(file->Sync());
-    RETURN_IF_ERROR(file->Close());
-    return store_->fs()->SyncDir(DirName(path));
+    file_bytes = file->size();
+    return file->Finish();
   }();
   // A failed write leaves its remaining jobs unfinished here: the checksummers still
   // finish theirs, and the payloads free whatever is left when they go.
@@ -634,10 +621,10 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
     e->set_size(j.box->bytes);
     e->set_crc32c(j.crc);
   }
-  entries.set_file_bytes(offset);
+  entries.set_file_bytes(file_bytes);
   entries.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   *entries_out = entries.SerializeAsString();
-  *bytes_out = offset;
+  *bytes_out = file_bytes;
   return absl::OkStatus();
 }
 
@@ -673,20 +660,6 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
 
   IndexBuilder index(num_shards);
   for (const PlannedTensor& t : plan.tensors) {
-    auto entry_for = [&](const PlannedBox& b) -> absl::StatusOr<tf::BundleEntryProto> {
-      auto it = located.find({t.name, b.box});
-      if (it == located.end()) {
-        return absl::InternalError(absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
-      }
-      tf::BundleEntryProto e;
-      e.set_dtype(t.dtype);
-      *e.mutable_shape() = ShapeToProto(b.box.length);
-      e.set_shard_id(it->second.shard());
-      e.set_offset(it->second.offset());
-      e.set_size(it->second.size());
-      e.set_crc32c(it->second.crc32c());
-      return e;
-    };
     CheckpointMeta::Tensor tensor{.name = t.name, .dtype = DataTypeName(t.dtype), .shape = t.shape};
     for (const PlannedBox& b : t.boxes) tensor.boxes.push_back({.box = b.box, .writer = b.writer});
     if (t.has_layout && !plan.mesh.empty()) {
@@ -695,21 +668,20 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
     }
     meta.tensors.push_back(std::move(tensor));
 
-    if (t.boxes.size() == 1 && t.boxes[0].box.IsFull(t.shape)) {
-      ASSIGN_OR_RETURN(tf::BundleEntryProto e, entry_for(t.boxes[0]));
-      RETURN_IF_ERROR(index.Add(t.name, std::move(e)));
-      continue;
-    }
-    // TF's sliced layout: the full-tensor entry lists slices and holds no bytes.
-    tf::BundleEntryProto full;
-    full.set_dtype(t.dtype);
-    *full.mutable_shape() = ShapeToProto(t.shape);
+    std::vector<std::pair<Box, tf::BundleEntryProto>> pieces;
     for (const PlannedBox& b : t.boxes) {
-      *full.add_slices() = BoxToSliceProto(b.box, t.shape);
-      ASSIGN_OR_RETURN(tf::BundleEntryProto e, entry_for(b));
-      RETURN_IF_ERROR(index.Add(ordered_code::EncodeTensorNameSlice(t.name, b.box, t.shape), std::move(e)));
+      auto it = located.find({t.name, b.box});
+      if (it == located.end()) {
+        return absl::InternalError(absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
+      }
+      tf::BundleEntryProto e;
+      e.set_shard_id(it->second.shard());
+      e.set_offset(it->second.offset());
+      e.set_size(it->second.size());
+      e.set_crc32c(it->second.crc32c());
+      pieces.emplace_back(b.box, std::move(e));
     }
-    RETURN_IF_ERROR(index.Add(t.name, std::move(full)));
+    RETURN_IF_ERROR(index.AddTensor(t.name, t.dtype, t.shape, std::move(pieces)));
   }
   ASSIGN_OR_RETURN(std::string index_bytes, index.Finish());
 

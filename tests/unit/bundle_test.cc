@@ -262,3 +262,63 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
 
 }  // namespace
 }  // namespace ckptd
+
+namespace ckptd {
+namespace {
+
+TEST(DataFileWriterTest, AlignsLargeEntriesAndTheIndexReadsWhatItWrote) {
+  testing::TempDir dir;
+  const std::string prefix = dir.Sub("ckpt");
+  auto writer = DataFileWriter::Create(PosixFileSystem(), DataPath(prefix, 0, 1));
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<float> small(3, 1.5f), tail = {7.0f, 8.0f};
+  std::vector<float> large((2 << 20) / 4);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<float>(i % 977);
+  auto view = [](const std::vector<float>& v) {
+    return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  };
+  auto a = (*writer)->Append(kFloat, 3, view(small));
+  auto b = (*writer)->Append(kFloat, static_cast<int64_t>(large.size()), view(large));
+  auto c = (*writer)->Append(kFloat, 2, view(tail));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->offset, 0);
+  EXPECT_EQ(b->offset, 4096);  // 1 MiB or more: padded to a 4 KiB boundary
+  EXPECT_EQ(c->offset, 4096 + (2 << 20));  // small entries follow directly
+  EXPECT_EQ(a->crc32c, *EntryChecksum(kFloat, 3, reinterpret_cast<const char*>(small.data()), 12));
+  ASSERT_TRUE((*writer)->Finish().ok());
+  EXPECT_EQ(*PosixFileSystem()->FileSize(DataPath(prefix, 0, 1)), static_cast<uint64_t>(c->offset + 8));
+
+  // "w" saved as two pieces (the small one and the tail) and "big" whole.
+  IndexBuilder index(1);
+  auto entry = [](const DataFileWriter::Written& w, size_t size) {
+    tf::BundleEntryProto e;
+    e.set_offset(w.offset);
+    e.set_size(static_cast<int64_t>(size));
+    e.set_crc32c(w.crc32c);
+    return e;
+  };
+  ASSERT_TRUE(index.AddTensor("w", kFloat, {5}, {{Box{{0}, {3}}, entry(*a, 12)}, {Box{{3}, {2}}, entry(*c, 8)}}).ok());
+  ASSERT_TRUE(
+      index.AddTensor("big", kFloat, {static_cast<int64_t>(large.size())}, {{Box::Full({static_cast<int64_t>(large.size())}), entry(*b, large.size() * 4)}})
+          .ok());
+  auto bytes = index.Finish();
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(IndexPath(prefix), *bytes).ok());
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->TensorNames(), (std::vector<std::string>{"big", "w"}));
+  EXPECT_EQ((*reader)->Find("w")->slices_size(), 2);
+  EXPECT_EQ((*reader)->Find("big")->slices_size(), 0);
+  auto w = (*reader)->Lookup("w");
+  ASSERT_TRUE(w.ok());
+  std::vector<float> back(5);
+  ASSERT_TRUE((*reader)->ReadBox(*w, Box::Full({5}), reinterpret_cast<char*>(back.data())).ok());
+  EXPECT_EQ(back, (std::vector<float>{1.5f, 1.5f, 1.5f, 7.0f, 8.0f}));
+  std::vector<std::string> problems;
+  int64_t checked = 0;
+  EXPECT_EQ((*reader)->VerifyAll(&problems, &checked), 3);
+  EXPECT_TRUE(problems.empty()) << problems[0];
+}
+
+}  // namespace
+}  // namespace ckptd

@@ -3,9 +3,9 @@
 // Offline commands (ls, inspect, verify, export, diff, gc) read checkpoint files
 // directly through the bundle format library and work on any TensorFlow V2
 // checkpoint. Online commands (status, wait, restore) talk to a running daemon.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -25,8 +25,8 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
-#include "daemon/store/checkpoint_store.h"
 #include "daemon/layout/cast.h"
+#include "daemon/store/checkpoint_store.h"
 
 namespace {
 
@@ -45,7 +45,9 @@ int Error(const absl::Status& status) {
 }
 
 // Names in a checkpoint are bytes; invalid UTF-8 is printed as U+FFFD, never a crash.
-void PrintJson(const json& j) { std::cout << j.dump(1, ' ', false, json::error_handler_t::replace) << std::endl; }
+void PrintJson(const json& j) {
+  std::cout << j.dump(1, ' ', false, json::error_handler_t::replace) << std::endl;
+}
 
 // Accepts a bundle prefix, a step directory (holding ckpt.index), a run directory
 // (holding TF's `checkpoint` state file, which names the newest prefix) or a
@@ -68,16 +70,19 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
     std::vector<std::string> prefixes;
     if (auto names = fs->ListDir(arg); names.ok()) {
       for (const std::string& n : *names) {
-        if (n.size() > 6 && n.compare(n.size() - 6, 6, ".index") == 0) prefixes.push_back(n.substr(0, n.size() - 6));
+        if (n.size() > 6 && n.compare(n.size() - 6, 6, ".index") == 0)
+          prefixes.push_back(n.substr(0, n.size() - 6));
       }
     }
     if (prefixes.size() == 1) return ckptd::JoinPath(arg, prefixes[0]);
   }
-  return absl::NotFoundError(absl::StrCat(arg, ": no checkpoint here (want PREFIX with PREFIX.index, a step "
+  return absl::NotFoundError(absl::StrCat(arg,
+                                          ": no checkpoint here (want PREFIX with PREFIX.index, a step "
                                           "directory, or a directory with a `checkpoint` file)"));
 }
 
-absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& arg, std::string* prefix_out) {
+absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& arg,
+                                                             std::string* prefix_out) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   auto prefix = ResolvePrefix(fs, arg);
   if (!prefix.ok()) return prefix.status();
@@ -94,7 +99,9 @@ ckptd::CheckpointMeta ReadMeta(const std::string& prefix) {
   return ckptd::CheckpointMeta::FromJson(*text).value_or(ckptd::CheckpointMeta{});
 }
 
-std::string ShapeString(const ckptd::Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
+std::string ShapeString(const ckptd::Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
 
 std::string HumanBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -172,9 +179,9 @@ int Ls(const std::string& dir, bool as_json) {
       if (commit > 0) j["commit_seconds"] = commit;
       out.push_back(j);
     } else {
-      std::printf("%12lld  %10s  %-19s  %8.2fs  %s%s\n", static_cast<long long>(step), HumanBytes(bytes).c_str(),
-                  created > 0 ? LocalTime(created).c_str() : "-", commit, path.c_str(),
-                  step == latest ? "  (latest)" : "");
+      std::printf("%12lld  %10s  %-19s  %8.2fs  %s%s\n", static_cast<long long>(step),
+                  HumanBytes(bytes).c_str(), created > 0 ? LocalTime(created).c_str() : "-", commit,
+                  path.c_str(), step == latest ? "  (latest)" : "");
     }
   }
   if (as_json) PrintJson(out);
@@ -198,8 +205,8 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
   }
   json entries = json::array();
   if (!as_json) {
-    std::printf("%s: %d shard(s), %zu tensor(s)%s\n", prefix.c_str(), (*reader)->header().num_shards(), names->size(),
-                pattern.empty() ? "" : absl::StrCat(" matching '", pattern, "'").c_str());
+    std::printf("%s: %d shard(s), %zu tensor(s)%s\n", prefix.c_str(), (*reader)->header().num_shards(),
+                names->size(), pattern.empty() ? "" : absl::StrCat(" matching '", pattern, "'").c_str());
     if (!mesh.empty()) std::printf("mesh: %s\n", mesh.c_str());
   }
   for (const std::string& name : *names) {
@@ -237,9 +244,9 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
     if (layout != layouts.end()) std::printf("      layout %s\n", layout->second.c_str());
     if (e.slices_size() > 0) {
       for (const ckptd::SavedPiece& p : info->pieces) {
-        std::printf("      slice %-28s shard %d offset %lld size %lld\n", p.box.ToSliceString(info->shape).c_str(),
-                    p.entry.shard_id(), static_cast<long long>(p.entry.offset()),
-                    static_cast<long long>(p.entry.size()));
+        std::printf("      slice %-28s shard %d offset %lld size %lld\n",
+                    p.box.ToSliceString(info->shape).c_str(), p.entry.shard_id(),
+                    static_cast<long long>(p.entry.offset()), static_cast<long long>(p.entry.size()));
       }
     }
   }
@@ -284,7 +291,8 @@ int Verify(const std::string& arg, bool as_json, bool quiet) {
   if (!reader.ok()) {
     if (prefix.empty()) return Error(reader.status());  // no checkpoint there at all
     std::cerr << "ckptctl verify: " << reader.status().message() << std::endl;
-    if (as_json) PrintJson({{"prefix", prefix}, {"ok", false}, {"problems", {std::string(reader.status().message())}}});
+    if (as_json)
+      PrintJson({{"prefix", prefix}, {"ok", false}, {"problems", {std::string(reader.status().message())}}});
     return kFound;
   }
   std::vector<std::string> problems;
@@ -294,7 +302,10 @@ int Verify(const std::string& arg, bool as_json, bool quiet) {
     if (!quiet && !as_json) progress.Update(done, total);
   });
   if (as_json) {
-    PrintJson({{"prefix", prefix}, {"ok", problems.empty()}, {"entries", checked}, {"bytes", bytes},
+    PrintJson({{"prefix", prefix},
+               {"ok", problems.empty()},
+               {"entries", checked},
+               {"bytes", bytes},
                {"problems", problems}});
   } else {
     for (const std::string& line : problems) std::cerr << "FAIL " << line << std::endl;
@@ -337,12 +348,14 @@ int Export(const std::string& arg, const std::string& format, const std::string&
   for (const std::string& name : *names) {
     auto info = (*reader)->Lookup(name);
     if (!info.ok()) return Error(info.status());
-    const bool exportable = format == "npy" ? info->dtype == ckptd::kBfloat16 || ckptd::NpyHeader(info->dtype, {}).ok()
-                                            : ckptd::SafetensorsDtype(info->dtype).ok();
+    const bool exportable = format == "npy"
+                                ? info->dtype == ckptd::kBfloat16 || ckptd::NpyHeader(info->dtype, {}).ok()
+                                : ckptd::SafetensorsDtype(info->dtype).ok();
     if (!exportable) {
       skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info->dtype)}});
-      if (!as_json) std::fprintf(stderr, "skipped %s: %s has no %s dtype\n", name.c_str(),
-                                 ckptd::DataTypeName(info->dtype).c_str(), format.c_str());
+      if (!as_json)
+        std::fprintf(stderr, "skipped %s: %s has no %s dtype\n", name.c_str(),
+                     ckptd::DataTypeName(info->dtype).c_str(), format.c_str());
       continue;
     }
     for (const ckptd::SavedPiece& p : info->pieces) {
@@ -355,7 +368,8 @@ int Export(const std::string& arg, const std::string& format, const std::string&
   std::string bytes;
   if (format == "npy") {
     for (const ckptd::TensorInfo& info : infos) {
-      if (absl::Status s = ReadWhole(**reader, info, /*widen_bfloat16=*/true, &bytes); !s.ok()) return Error(s);
+      if (absl::Status s = ReadWhole(**reader, info, /*widen_bfloat16=*/true, &bytes); !s.ok())
+        return Error(s);
       const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(info.name) + ".npy");
       const int dtype = info.dtype == ckptd::kBfloat16 ? ckptd::kFloat : info.dtype;
       absl::Status s = fs->CreateDirs(ckptd::DirName(path), 0755);
@@ -381,7 +395,8 @@ int Export(const std::string& arg, const std::string& format, const std::string&
     if (!as_json) std::printf("%zu tensor(s) -> %s\n", tensors.size(), path.c_str());
   }
   if (as_json) {
-    PrintJson({{"prefix", prefix}, {"format", format}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
+    PrintJson(
+        {{"prefix", prefix}, {"format", format}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
   } else {
     std::printf("exported %zu tensor(s), %s, as %s into %s\n", infos.size(), HumanBytes(total).c_str(),
                 format.c_str(), out_dir.c_str());
@@ -456,7 +471,11 @@ int Diff(const std::string& a_arg, const std::string& b_arg, const std::string& 
   }
   const bool differ = !added.empty() || !removed.empty() || !changed.empty();
   if (as_json) {
-    PrintJson({{"a", a_prefix}, {"b", b_prefix}, {"added", added}, {"removed", removed}, {"changed", changed},
+    PrintJson({{"a", a_prefix},
+               {"b", b_prefix},
+               {"added", added},
+               {"removed", removed},
+               {"changed", changed},
                {"unchanged", same}});
   } else {
     for (const auto& n : added) std::printf("+ %s\n", n.get<std::string>().c_str());
@@ -464,8 +483,8 @@ int Diff(const std::string& a_arg, const std::string& b_arg, const std::string& 
     for (const auto& c : changed) {
       std::printf("~ %s: %s\n", c["name"].get<std::string>().c_str(), c["change"].get<std::string>().c_str());
     }
-    std::printf("%zu added, %zu removed, %zu changed, %d unchanged\n", added.size(), removed.size(), changed.size(),
-                same);
+    std::printf("%zu added, %zu removed, %zu changed, %d unchanged\n", added.size(), removed.size(),
+                changed.size(), same);
   }
   return differ ? kFound : kOk;
 }
@@ -554,7 +573,8 @@ int Status(const DaemonFlags& flags, bool as_json) {
   }
   if (as_json) {
     json out = {{"num_ranks", status->num_ranks()}, {"asked_rank", status->rank()}, {"ranks", json::array()}};
-    if (status->ranks_as_of_unix_seconds() > 0) out["ranks_as_of_unix_seconds"] = status->ranks_as_of_unix_seconds();
+    if (status->ranks_as_of_unix_seconds() > 0)
+      out["ranks_as_of_unix_seconds"] = status->ranks_as_of_unix_seconds();
     if (!status->tcp_address().empty()) out["tcp_address"] = status->tcp_address();
     for (const auto& r : ranks) out["ranks"].push_back(RankJson(r));
     PrintJson(out);
@@ -578,20 +598,25 @@ int Status(const DaemonFlags& flags, bool as_json) {
     for (const auto& p : r.pending_steps()) pending.push_back(absl::StrCat(p.run(), ":", p.step()));
     std::printf("%4d %8lld %10s %10s %10s %8s  %s\n", r.rank(), static_cast<long long>(r.pid()),
                 HumanBytes(r.bytes_staged()).c_str(), HumanBytes(r.bytes_in_flight()).c_str(),
-                HumanBytes(r.bytes_written()).c_str(), pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
+                HumanBytes(r.bytes_written()).c_str(),
+                pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
                 commits.empty() ? "-" : absl::StrJoin(commits, "; ").c_str());
   }
   return kOk;
 }
 
-int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds, bool as_json) {
+int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
+         bool as_json) {
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
   const absl::Time started = absl::Now();
   const absl::Status s = (*client)->Wait(run, step, absl::Seconds(timeout_seconds));
   const double waited = absl::ToDoubleSeconds(absl::Now() - started);
   if (as_json) {
-    PrintJson({{"run", run}, {"step", step}, {"committed", s.ok()}, {"waited_seconds", waited},
+    PrintJson({{"run", run},
+               {"step", step},
+               {"committed", s.ok()},
+               {"waited_seconds", waited},
                {"error", std::string(s.message())}});
   } else if (s.ok()) {
     std::printf("run '%s' step %lld committed\n", run.c_str(), static_cast<long long>(step));
@@ -606,19 +631,22 @@ int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double 
   // error is the step's own outcome.
   const bool bad_request =
       s.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(s.message(), "run");
-  if (bad_request || s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kPermissionDenied) {
+  if (bad_request || s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kPermissionDenied) {
     return kError;
   }
   return kFound;
 }
 
 int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
-            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name, bool as_json) {
+            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
+            bool as_json) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   std::optional<int> dtype;
   if (!dtype_name.empty()) {
     dtype = ckptd::DataTypeFromName(dtype_name);
-    if (!dtype.has_value()) return Error(absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype_name, "'")));
+    if (!dtype.has_value())
+      return Error(absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype_name, "'")));
   }
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
@@ -630,8 +658,9 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
     if (step.has_value() ? c.step() == *step : (chosen == nullptr || c.step() > chosen->step())) chosen = &c;
   }
   if (chosen == nullptr) {
-    return Error(absl::NotFoundError(step.has_value() ? absl::StrCat("run '", run, "' has no committed step ", *step)
-                                                      : absl::StrCat("run '", run, "' has no committed step")));
+    return Error(absl::NotFoundError(step.has_value()
+                                         ? absl::StrCat("run '", run, "' has no committed step ", *step)
+                                         : absl::StrCat("run '", run, "' has no committed step")));
   }
   auto reader = BundleReader::Open(fs, ckptd::CheckpointStore::Prefix(chosen->path()));
   if (!reader.ok()) return Error(reader.status());
@@ -647,12 +676,13 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
     int want = dtype.value_or(info->dtype == ckptd::kBfloat16 ? ckptd::kFloat : info->dtype);
     if (!ckptd::NpyHeader(want, {}).ok() || ckptd::DataTypeSize(info->dtype) == 0) {
       skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info->dtype)}});
-      if (!as_json) std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
-                                 ckptd::DataTypeName(info->dtype).c_str());
+      if (!as_json)
+        std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
+                     ckptd::DataTypeName(info->dtype).c_str());
       continue;
     }
-    std::string bytes(static_cast<size_t>(ckptd::Box::Full(info->shape).NumElements()) * ckptd::DataTypeSize(want),
-                      '\0');
+    std::string bytes(
+        static_cast<size_t>(ckptd::Box::Full(info->shape).NumElements()) * ckptd::DataTypeSize(want), '\0');
     ckptd::RestoreTarget target;
     target.name = name;
     target.dtype = want;
@@ -670,10 +700,12 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
     if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
   }
   if (as_json) {
-    PrintJson({{"run", run}, {"step", chosen->step()}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
+    PrintJson(
+        {{"run", run}, {"step", chosen->step()}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
   } else {
-    std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n", files.size(),
-                run.c_str(), static_cast<long long>(chosen->step()), HumanBytes(total).c_str(), out_dir.c_str());
+    std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
+                files.size(), run.c_str(), static_cast<long long>(chosen->step()), HumanBytes(total).c_str(),
+                out_dir.c_str());
   }
   return kOk;
 }
@@ -681,7 +713,8 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckptctl: list, inspect, verify, export and restore ckptd (and any TensorFlow V2) checkpoints"};
+  CLI::App app{
+      "ckptctl: list, inspect, verify, export and restore ckptd (and any TensorFlow V2) checkpoints"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
   bool as_json = false, quiet = false, dry_run = false;
@@ -693,16 +726,19 @@ int main(int argc, char** argv) {
   const char* kCheckpointHelp = "checkpoint prefix, step directory or run directory (its newest step)";
   const char* kRegexHelp = "only tensors whose name matches this regular expression (ECMAScript, searched)";
 
-  CLI::App* ls = app.add_subcommand("ls", "list a run's committed steps: size, creation time, commit time, latest");
+  CLI::App* ls =
+      app.add_subcommand("ls", "list a run's committed steps: size, creation time, commit time, latest");
   ls->add_option("DIR", target, "run directory (<root>/<run>)")->required();
   ls->add_flag("--json", as_json, "print JSON");
 
-  CLI::App* inspect = app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
   inspect->add_option("PREFIX", target, kCheckpointHelp)->required();
   inspect->add_option("--tensors", pattern, kRegexHelp);
   inspect->add_flag("--json", as_json, "print one JSON object");
 
-  CLI::App* verify = app.add_subcommand("verify", "read every byte and check every checksum; exit 1 on any problem");
+  CLI::App* verify =
+      app.add_subcommand("verify", "read every byte and check every checksum; exit 1 on any problem");
   verify->add_option("PREFIX", target, kCheckpointHelp)->required();
   verify->add_flag("--json", as_json, "print one JSON object");
   verify->add_flag("-q,--quiet", quiet, "no progress");
@@ -710,33 +746,42 @@ int main(int argc, char** argv) {
   CLI::App* exporter =
       app.add_subcommand("export", "write tensors as whole arrays: .npy files or one model.safetensors");
   exporter->add_option("PREFIX", target, kCheckpointHelp)->required();
-  exporter->add_option("--format", format, "npy (one file per tensor; bfloat16 widened to float32) or safetensors")
+  exporter
+      ->add_option("--format", format,
+                   "npy (one file per tensor; bfloat16 widened to float32) or safetensors")
       ->check(CLI::IsMember({"npy", "safetensors"}));
   exporter->add_option("--out", out_dir, "output directory (created)")->required();
   exporter->add_option("--tensors", pattern, kRegexHelp);
   exporter->add_flag("--json", as_json, "print JSON");
 
-  CLI::App* diff = app.add_subcommand("diff", "tensors added, removed or changed (dtype, shape, checksum) from A to B");
+  CLI::App* diff =
+      app.add_subcommand("diff", "tensors added, removed or changed (dtype, shape, checksum) from A to B");
   diff->add_option("A", target, kCheckpointHelp)->required();
   diff->add_option("B", second, kCheckpointHelp)->required();
   diff->add_option("--tensors", pattern, kRegexHelp);
   diff->add_flag("--json", as_json, "print JSON");
 
-  CLI::App* gc = app.add_subcommand("gc", "apply retention to a run directory (never removes the newest step)");
+  CLI::App* gc =
+      app.add_subcommand("gc", "apply retention to a run directory (never removes the newest step)");
   gc->add_option("DIR", target, "run directory (<root>/<run>)")->required();
-  gc->add_option("--keep-last", keep_last, "keep the newest N committed steps")->required()->check(CLI::PositiveNumber);
+  gc->add_option("--keep-last", keep_last, "keep the newest N committed steps")
+      ->required()
+      ->check(CLI::PositiveNumber);
   gc->add_option("--keep-every", keep_every, "also keep steps divisible by K")->check(CLI::NonNegativeNumber);
   gc->add_flag("--dry-run", dry_run, "only say what would be removed");
   gc->add_flag("--json", as_json, "print JSON");
 
-  CLI::App* status = app.add_subcommand("status", "a running job, every rank: pending steps, bytes, last commit");
+  CLI::App* status =
+      app.add_subcommand("status", "a running job, every rank: pending steps, bytes, last commit");
   daemon.AddTo(status);
   status->add_flag("--json", as_json, "print JSON");
 
-  CLI::App* wait = app.add_subcommand("wait", "block until RUN STEP is committed on every host (exit 1 if it fails)");
+  CLI::App* wait =
+      app.add_subcommand("wait", "block until RUN STEP is committed on every host (exit 1 if it fails)");
   wait->add_option("RUN", run, "run name")->required();
   wait->add_option("STEP", step, "step")->required();
-  wait->add_option("--timeout", timeout_seconds, "seconds to wait (exit 3 when they pass)")->check(CLI::PositiveNumber);
+  wait->add_option("--timeout", timeout_seconds, "seconds to wait (exit 3 when they pass)")
+      ->check(CLI::PositiveNumber);
   daemon.AddTo(wait);
   wait->add_flag("--json", as_json, "print JSON");
 
@@ -745,8 +790,9 @@ int main(int argc, char** argv) {
   restore->add_option("--step", step, "step (default: the newest committed)");
   restore->add_option("--tensors", pattern, kRegexHelp);
   restore->add_option("--out", out_dir, "output directory (created)")->required();
-  restore->add_option("--dtype", dtype_name,
-                      "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
+  restore->add_option(
+      "--dtype", dtype_name,
+      "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
   daemon.AddTo(restore);
   restore->add_flag("--json", as_json, "print JSON");
 
@@ -761,8 +807,8 @@ int main(int argc, char** argv) {
   if (status->parsed()) return Status(daemon, as_json);
   if (wait->parsed()) return Wait(daemon, run, step, timeout_seconds, as_json);
   if (restore->parsed()) {
-    return Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern, out_dir, dtype_name,
-                   as_json);
+    return Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern, out_dir,
+                   dtype_name, as_json);
   }
   return kError;
 }

@@ -18,12 +18,11 @@
 namespace ckptd {
 namespace {
 
-
-#define ASSIGN_OR_RETURN_CLIENT(lhs, expr) \
-  do {                                     \
-    auto result_ = (expr);                 \
+#define ASSIGN_OR_RETURN_CLIENT(lhs, expr)      \
+  do {                                          \
+    auto result_ = (expr);                      \
     if (!result_.ok()) return result_.status(); \
-    lhs = std::move(*result_);             \
+    lhs = std::move(*result_);                  \
   } while (0)
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
@@ -63,14 +62,15 @@ class Client::Segment {
         ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
       const int err = errno;
       ::close(fd);
-      return absl::ResourceExhaustedError(absl::StrCat("shared-memory segment of ", bytes, " bytes: ",
-                                                       std::strerror(err)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("shared-memory segment of ", bytes, " bytes: ", std::strerror(err)));
     }
     void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return absl::ResourceExhaustedError(absl::StrCat("mmap of a ", bytes, "-byte segment: ", std::strerror(err)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("mmap of a ", bytes, "-byte segment: ", std::strerror(err)));
     }
     return std::unique_ptr<Segment>(new Segment(fd, static_cast<char*>(map), bytes));
   }
@@ -100,8 +100,8 @@ constexpr size_t kMaxBusySegments = 4;
 // host, another user): streaming will work where shared memory does not.
 bool SharedMemoryUnusable(const absl::Status& s) {
   return absl::StrContains(s.message(), "shared_memory:") &&
-         (s.code() == absl::StatusCode::kFailedPrecondition || s.code() == absl::StatusCode::kPermissionDenied ||
-          s.code() == absl::StatusCode::kNotFound);
+         (s.code() == absl::StatusCode::kFailedPrecondition ||
+          s.code() == absl::StatusCode::kPermissionDenied || s.code() == absl::StatusCode::kNotFound);
 }
 
 }  // namespace
@@ -177,14 +177,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
   if (!channel->WaitForConnected(DeadlineIn(timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to ckptd at ", target, " within ",
-                                               absl::FormatDuration(timeout)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to ckptd at ", target, " within ", absl::FormatDuration(timeout)));
   }
   return std::unique_ptr<Client>(new Client(std::move(channel), absl::StartsWith(target, "unix:")));
 }
 
-absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
-                                        const std::vector<TensorShard>& shards, const SaveOptions& options) {
+absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, int trainer_id,
+                                        int trainer_count, const std::vector<TensorShard>& shards,
+                                        const SaveOptions& options) {
   v1::SaveRequest message;
   v1::SaveHeader* header = message.mutable_header();
   header->set_run(run);
@@ -281,7 +282,8 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
       std::lock_guard<std::mutex> lock(mu_);
       busy_segments_[key] = std::move(segment);
       if (busy_segments_.size() > kMaxBusySegments) busy_segments_.erase(busy_segments_.begin());
-    } else if (status.code() != absl::StatusCode::kDeadlineExceeded && status.code() != absl::StatusCode::kCancelled &&
+    } else if (status.code() != absl::StatusCode::kDeadlineExceeded &&
+               status.code() != absl::StatusCode::kCancelled &&
                status.code() != absl::StatusCode::kUnavailable) {
       ReturnSegment(std::move(segment));  // refused outright: the daemon holds nothing of it
     }
@@ -317,8 +319,8 @@ absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration t
   const absl::Status status = FromGrpcStatus(stub_->Wait(&ctx, request, &response));
   if (status.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = busy_segments_.lower_bound({run, INT64_MIN}); it != busy_segments_.end() &&
-                                                                   it->first.first == run && it->first.second <= step;) {
+    for (auto it = busy_segments_.lower_bound({run, INT64_MIN});
+         it != busy_segments_.end() && it->first.first == run && it->first.second <= step;) {
       free_segments_.push_back(std::move(it->second));
       it = busy_segments_.erase(it);
     }
@@ -328,7 +330,8 @@ absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration t
 }
 
 absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<int64_t> step,
-                                        const std::vector<RestoreTarget>& targets, const RestoreOptions& options) {
+                                        const std::vector<RestoreTarget>& targets,
+                                        const RestoreOptions& options) {
   v1::RestoreRequest request;
   request.set_run(run);
   if (step.has_value()) {
@@ -398,7 +401,8 @@ void Scatter(const std::vector<std::pair<void*, size_t>>& pieces, size_t offset,
 absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreRequest request,
                                            const std::vector<RestoreTarget>& targets,
                                            const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
-                                           const std::vector<size_t>& capacity, const RestoreOptions& options) {
+                                           const std::vector<size_t>& capacity,
+                                           const RestoreOptions& options) {
   // The daemon's layout (RestoreHeader.shared_memory_offsets), from the same rule.
   std::vector<int64_t> offsets;
   size_t total = 0;
@@ -407,7 +411,8 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
       offsets.push_back(-1);
       continue;
     }
-    const int64_t start = wire::SharedMemoryOffset(static_cast<int64_t>(total), static_cast<int64_t>(capacity[i]));
+    const int64_t start =
+        wire::SharedMemoryOffset(static_cast<int64_t>(total), static_cast<int64_t>(capacity[i]));
     offsets.push_back(start);
     total = static_cast<size_t>(start) + capacity[i];
   }
@@ -436,9 +441,9 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
     if (!problem.ok()) continue;
     if (index >= targets.size() || chunk.offset() < 0 ||
         static_cast<size_t>(chunk.offset()) + chunk.data().size() > capacity[index]) {
-      problem = absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", index < targets.size() ? targets[index].name : "?",
-          "': the daemon sent more bytes than the target buffers hold"));
+      problem = absl::InvalidArgumentError(
+          absl::StrCat("tensor '", index < targets.size() ? targets[index].name : "?",
+                       "': the daemon sent more bytes than the target buffers hold"));
       ctx.TryCancel();
       continue;
     }
@@ -449,13 +454,14 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   if (!problem.ok()) return problem;
   if (!status.ok()) return FromGrpcStatus(status);
   if (segment != nullptr) {
-    const bool same_layout = header.shared_memory_bytes() == static_cast<int64_t>(total) &&
-                             std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
-                                        header.shared_memory_offsets().end());
+    const bool same_layout =
+        header.shared_memory_bytes() == static_cast<int64_t>(total) &&
+        std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
+                   header.shared_memory_offsets().end());
     if (!same_layout) {
-      return absl::InvalidArgumentError(absl::StrCat("the restored tensors need ", header.shared_memory_bytes(),
-                                                     " bytes but the target buffers hold ", total,
-                                                     " (a target's size differs from its box)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the restored tensors need ", header.shared_memory_bytes(), " bytes but the target buffers hold ",
+          total, " (a target's size differs from its box)"));
     }
     for (size_t i = 0; i < targets.size(); ++i) {
       if (offsets[i] < 0) continue;
@@ -466,8 +472,9 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     if (received[i] != capacity[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the daemon sent ", received[i],
-                                                     " bytes but the target buffers hold ", capacity[i]));
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the daemon sent ",
+                                                     received[i], " bytes but the target buffers hold ",
+                                                     capacity[i]));
     }
   }
   if (options.trainer_state != nullptr) {
@@ -492,8 +499,9 @@ absl::StatusOr<int64_t> Client::RestoreByName(const std::string& run, std::optio
   return Restore(run, step, targets, options);
 }
 
-absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count, absl::Duration timeout,
-                             const std::string& mesh, const std::vector<int64_t>& device_ids) {
+absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count,
+                             absl::Duration timeout, const std::string& mesh,
+                             const std::vector<int64_t>& device_ids) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
   v1::BarrierRequest request;
@@ -516,7 +524,8 @@ absl::StatusOr<v1::StatusResponse> Client::Status(absl::Duration timeout) {
   return response;
 }
 
-absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& run, absl::Duration timeout) {
+absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& run,
+                                                                    absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
   v1::ListCheckpointsRequest request;

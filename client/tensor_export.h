@@ -38,7 +38,8 @@ struct ExportTensor {
 // Writes `path` as a safetensors file holding `tensors` in that order; read(i, dst)
 // must fill dst with tensor i's row-major bytes. Only one tensor is in memory at a
 // time. `metadata` becomes the header's "__metadata__" (string values).
-absl::Status WriteSafetensors(FileSystem* fs, const std::string& path, const std::vector<ExportTensor>& tensors,
+absl::Status WriteSafetensors(FileSystem* fs, const std::string& path,
+                              const std::vector<ExportTensor>& tensors,
                               const std::vector<std::pair<std::string, std::string>>& metadata,
                               const std::function<absl::Status(size_t, std::string*)>& read);
 

@@ -5,14 +5,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <climits>
-#include <cstdlib>
-
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <climits>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
@@ -20,7 +20,6 @@
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/private_dir.h"
-#include "absl/strings/str_cat.h"
 #include "daemon/service/ckptd_service.h"
 #include "daemon/service/credentials.h"
 
@@ -49,7 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--commit-timeout", commit_timeout, "deadline of every commit collective, e.g. 60s");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   int keep_last = -1, keep_every = -1;
-  app.add_option("--keep-last", keep_last, "retention: keep the newest N steps (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-last", keep_last, "retention: keep the newest N steps (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--keep-every-n-steps", keep_every, "retention: also keep steps divisible by K")
       ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", ckptd::wire::kVersion);
@@ -100,10 +100,11 @@ int main(int argc, char** argv) {
   }
   // The root is this daemon's own: refused if someone else made it or can write it,
   // and one daemon per rank and root (a second one would commit into the same steps).
-  if (absl::Status s = ckptd::PreparePrivateDirectory(config.root, checkpoint_group, "root"); !s.ok()) fatal(s);
-  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> root_lock = ckptd::ProcessLock::Acquire(
-      ckptd::JoinPath(config.root, absl::StrCat(".ckptd-rank-", rank, ".lock")),
-      absl::StrCat("checkpoint root ", config.root, " for rank ", rank));
+  if (absl::Status s = ckptd::PreparePrivateDirectory(config.root, checkpoint_group, "root"); !s.ok())
+    fatal(s);
+  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> root_lock =
+      ckptd::ProcessLock::Acquire(ckptd::JoinPath(config.root, absl::StrCat(".ckptd-rank-", rank, ".lock")),
+                                  absl::StrCat("checkpoint root ", config.root, " for rank ", rank));
   if (!root_lock.ok()) fatal(root_lock.status());
   // Every checkpoint file is reached beneath the root, never through a symlink.
   absl::StatusOr<std::unique_ptr<ckptd::FileSystem>> confined = ckptd::ConfinedFileSystem(
@@ -126,21 +127,29 @@ int main(int argc, char** argv) {
   const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
   // Held before the socket is replaced: a second daemon on this path refuses to start
   // instead of taking the socket from the running one.
-  if (absl::Status s = ckptd::PreparePrivateDirectory(ckptd::DirName(socket), socket_group, "socket_path"); !s.ok()) {
+  if (absl::Status s = ckptd::PreparePrivateDirectory(ckptd::DirName(socket), socket_group, "socket_path");
+      !s.ok()) {
     fatal(s);
   }
   absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> socket_lock =
       ckptd::ProcessLock::Acquire(socket + ".lock", absl::StrCat("socket ", socket));
   if (!socket_lock.ok()) fatal(socket_lock.status());
-  absl::StatusOr<std::unique_ptr<ckptd::LocalListener>> listener = ckptd::LocalListener::Listen(socket, socket_group);
+  absl::StatusOr<std::unique_ptr<ckptd::LocalListener>> listener =
+      ckptd::LocalListener::Listen(socket, socket_group);
   if (!listener.ok()) fatal(listener.status());
 
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(confined->get(), config.root);
   ckptd::PeerTable peers;
-  ckptd::ServiceContext context{rank, (*collective)->size(), ckptd::wire::kVersion, static_cast<uint64_t>(config.max_index_bytes),
-                                config.max_tensors_per_request, config.max_request_bytes, config.max_trainers, ""};
+  ckptd::ServiceContext context{rank,
+                                (*collective)->size(),
+                                ckptd::wire::kVersion,
+                                static_cast<uint64_t>(config.max_index_bytes),
+                                config.max_tensors_per_request,
+                                config.max_request_bytes,
+                                config.max_trainers,
+                                ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
   grpc::ServerBuilder builder;
@@ -163,7 +172,8 @@ int main(int argc, char** argv) {
   builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!config.tcp_address.empty() && tcp_port == 0)) {
-    fatal(absl::UnavailableError(absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')")));
+    fatal(absl::UnavailableError(
+        absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')")));
   }
   if (tcp_port != 0) {
     const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
@@ -199,7 +209,8 @@ int main(int argc, char** argv) {
     // MPI cannot be finalized with a collective still open, so leave without it.
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     listener->reset();
-    spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone, std::string(outcome.message()));
+    spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone,
+                 std::string(outcome.message()));
     spdlog::shutdown();
     std::_Exit(kExitStoppedAlone);
   }

@@ -6,6 +6,8 @@
 #   scripts/test.sh --asan     # AddressSanitizer + UBSan build in build-asan/
 #   scripts/test.sh --tsan     # ThreadSanitizer build in build-tsan/
 #   scripts/test.sh --fuzz [SECONDS]  # libFuzzer harnesses (clang) in build-fuzz/, each for SECONDS (default 30)
+#   scripts/test.sh --lint     # .clang-format on every tracked source, and clang's
+#                              # thread-safety analysis (as errors) in build-lint/
 # Extra arguments after "--" go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +18,9 @@ while [ $# -gt 0 ]; do
     --asan) MODE=asan; shift ;;
     --tsan) MODE=tsan; shift ;;
     --fuzz) MODE=fuzz; shift; if [[ "${1:-}" =~ ^[0-9]+$ ]]; then FUZZ_SECONDS=$1; shift; fi ;;
+    --lint) MODE=lint; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
@@ -47,6 +50,16 @@ case "$MODE" in
     # The SIGKILL loop is about crash consistency, not memory errors: a few rounds suffice.
     export CKPTD_KILL_ITERATIONS="${CKPTD_KILL_ITERATIONS:-5}"
     ctest --test-dir "$DIR" --output-on-failure -j "$(nproc)" "$@"
+    ;;
+  lint)
+    bash scripts/install-deps.sh
+    files=$(git ls-files '*.cc' '*.h' | wc -l)
+    git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run --Werror
+    DIR=build-lint
+    CC=clang CXX=clang++ cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=Debug -DCKPTD_THREAD_SAFETY=ON \
+      -DCKPTD_BUILD_TESTS=OFF -DCKPTD_WITH_CUDA=OFF > "$DIR.cmake.log" 2>&1 || { cat "$DIR.cmake.log"; exit 1; }
+    cmake --build "$DIR" -j "$(nproc)" --target ckptd ckptctl
+    echo "lint: $files sources match .clang-format; clang thread-safety analysis passed"
     ;;
   fuzz)
     bash scripts/install-deps.sh

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     if (!saved.ok()) return Fail(absl::StrCat("save step ", step), saved.status());
     max_stall = std::max(max_stall, absl::ToDoubleSeconds(absl::Now() - t0));
     const absl::Time t1 = absl::Now();
-    if (absl::Status s = (*client)->Wait(run, step); !s.ok()) return Fail(absl::StrCat("wait step ", step), s);
+    if (absl::Status s = (*client)->Wait(run, step); !s.ok())
+      return Fail(absl::StrCat("wait step ", step), s);
     total_wait += absl::ToDoubleSeconds(absl::Now() - t1);
     save_seconds += absl::ToDoubleSeconds(absl::Now() - t0);  // Save + Wait, not data generation
   }
@@ -157,7 +158,8 @@ int main(int argc, char** argv) {
       want[i] = {std::vector<int64_t>(t.shape.size(), 0), t.shape};
     }
     restored[i].resize(BoxBytes(t, want[i].second));
-    targets.push_back({t.name, t.dtype, t.shape, want[i].first, want[i].second, restored[i].data(), restored[i].size()});
+    targets.push_back(
+        {t.name, t.dtype, t.shape, want[i].first, want[i].second, restored[i].data(), restored[i].size()});
   }
   const absl::Time r0 = absl::Now();
   auto step = (*client)->Restore(run, std::nullopt, targets);
@@ -168,15 +170,17 @@ int main(int argc, char** argv) {
     std::string expected(restored[i].size(), '\0');
     FillBox(specs[i], *step, want[i].first, want[i].second, expected.data());
     if (expected != restored[i]) {
-      std::cerr << "demo-trainer " << trainer << ": tensor '" << specs[i].name << "' restored bytes differ" << std::endl;
+      std::cerr << "demo-trainer " << trainer << ": tensor '" << specs[i].name << "' restored bytes differ"
+                << std::endl;
       return 1;
     }
     bytes_restored += static_cast<int64_t>(restored[i].size());
   }
-  std::printf("{\"trainer\": %d, \"steps\": %d, \"restored_step\": %lld, \"bytes_saved\": %lld, "
-              "\"bytes_restored\": %lld, \"max_stall_s\": %.4f, \"wait_s\": %.4f, \"save_s\": %.4f, "
-              "\"restore_s\": %.4f, \"bytes_equal\": true}\n",
-              trainer, steps, static_cast<long long>(*step), static_cast<long long>(bytes_sent),
-              static_cast<long long>(bytes_restored), max_stall, total_wait, save_seconds, restore_seconds);
+  std::printf(
+      "{\"trainer\": %d, \"steps\": %d, \"restored_step\": %lld, \"bytes_saved\": %lld, "
+      "\"bytes_restored\": %lld, \"max_stall_s\": %.4f, \"wait_s\": %.4f, \"save_s\": %.4f, "
+      "\"restore_s\": %.4f, \"bytes_equal\": true}\n",
+      trainer, steps, static_cast<long long>(*step), static_cast<long long>(bytes_sent),
+      static_cast<long long>(bytes_restored), max_stall, total_wait, save_seconds, restore_seconds);
   return 0;
 }

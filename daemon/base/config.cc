@@ -17,8 +17,7 @@ absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text) {
   }
   absl::Duration d;
   if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) return d;
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad duration '", text, "' (want e.g. 30s, 500ms, 2m)"));
+  return absl::InvalidArgumentError(absl::StrCat("bad duration '", text, "' (want e.g. 30s, 500ms, 2m)"));
 }
 
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
@@ -51,7 +50,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key commit.", subkey));
           }
           auto d = ParseDuration(sub.second.as<std::string>());
-          if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("config: commit.timeout: ", d.status().message()));
+          if (!d.ok())
+            return absl::InvalidArgumentError(absl::StrCat("config: commit.timeout: ", d.status().message()));
           config.commit_timeout = *d;
         }
       } else if (key == "security") {
@@ -86,9 +86,10 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key limits.", subkey));
           }
         }
-        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 || config.max_concurrent_rpcs < 4 ||
-            config.max_trainers < 1) {
-          return absl::InvalidArgumentError("config: limits must be positive (max_concurrent_rpcs at least 4)");
+        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 ||
+            config.max_concurrent_rpcs < 4 || config.max_trainers < 1) {
+          return absl::InvalidArgumentError(
+              "config: limits must be positive (max_concurrent_rpcs at least 4)");
         }
       } else if (key == "staging") {
         if (!value.IsMap()) return absl::InvalidArgumentError("config: staging must be a map");
@@ -98,7 +99,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key staging.", subkey));
           }
           config.staging_memory_limit = sub.second.as<int64_t>();
-          if (config.staging_memory_limit < 1) return absl::InvalidArgumentError("config: staging.memory_limit must be positive");
+          if (config.staging_memory_limit < 1)
+            return absl::InvalidArgumentError("config: staging.memory_limit must be positive");
         }
       } else if (key == "tcp") {
         if (!value.IsMap()) return absl::InvalidArgumentError("config: tcp must be a map");
@@ -109,21 +111,23 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
                                 : subkey == "tls_key"  ? &config.tls_key
                                 : subkey == "tls_ca"   ? &config.tls_ca
                                                        : nullptr;
-          if (target == nullptr) return absl::InvalidArgumentError(absl::StrCat("config: unknown key tcp.", subkey));
+          if (target == nullptr)
+            return absl::InvalidArgumentError(absl::StrCat("config: unknown key tcp.", subkey));
           *target = sub.second.as<std::string>();
         }
       } else if (key == "retention") {
         if (!value.IsMap()) return absl::InvalidArgumentError("config: retention must be a map");
         for (const auto& sub : value) {
           const std::string subkey = sub.first.as<std::string>();
-          int* target = subkey == "keep_last" ? &config.keep_last
+          int* target = subkey == "keep_last"            ? &config.keep_last
                         : subkey == "keep_every_n_steps" ? &config.keep_every_n_steps
                                                          : nullptr;
           if (target == nullptr) {
             return absl::InvalidArgumentError(absl::StrCat("config: unknown key retention.", subkey));
           }
           *target = sub.second.as<int>();
-          if (*target < 0) return absl::InvalidArgumentError(absl::StrCat("config: retention.", subkey, " must be >= 0"));
+          if (*target < 0)
+            return absl::InvalidArgumentError(absl::StrCat("config: retention.", subkey, " must be >= 0"));
         }
       } else {
         return absl::InvalidArgumentError(absl::StrCat("config: unknown key '", key, "'"));
@@ -133,9 +137,11 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
     return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
   }
   if (config.root.empty()) return absl::InvalidArgumentError("config: root must not be empty");
-  if (!config.tcp_address.empty() && (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
+  if (!config.tcp_address.empty() &&
+      (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
     return absl::InvalidArgumentError(
-        "config: tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual TLS");
+        "config: tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual "
+        "TLS");
   }
   if (config.socket_path.empty()) {
     return absl::InvalidArgumentError("config: socket_path must not be empty");
@@ -144,8 +150,7 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
 }
 
 std::string ExpandSocketPath(absl::string_view pattern, int rank, unsigned uid) {
-  return absl::StrReplaceAll(pattern, {{"{rank}", std::to_string(rank)},
-                                       {"{uid}", std::to_string(uid)}});
+  return absl::StrReplaceAll(pattern, {{"{rank}", std::to_string(rank)}, {"{uid}", std::to_string(uid)}});
 }
 
 }  // namespace ckptd

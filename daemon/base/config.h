@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace ckptd {

@@ -1,6 +1,7 @@
 #include "daemon/base/dtype.h"
 
 #include <array>
+
 #include "absl/strings/string_view.h"
 
 namespace ckptd {
@@ -14,28 +15,17 @@ struct TypeInfo {
 };
 
 constexpr std::array<TypeInfo, 23> kTypes = {{
-    {kFloat, "float", 4, true},
-    {kDouble, "double", 8, true},
-    {kInt32, "int32", 4, true},
-    {kUint8, "uint8", 1, true},
-    {kInt16, "int16", 2, true},
-    {kInt8, "int8", 1, true},
-    {kString, "string", 0, false},
-    {kComplex64, "complex64", 8, true},
-    {kInt64, "int64", 8, true},
-    {kBool, "bool", 1, true},
-    {kQint8, "qint8", 1, false},
-    {kQuint8, "quint8", 1, false},
-    {kQint32, "qint32", 4, false},
-    {kBfloat16, "bfloat16", 2, true},
-    {kQint16, "qint16", 2, false},
-    {kQuint16, "quint16", 2, false},
-    {kUint16, "uint16", 2, true},
-    {kComplex128, "complex128", 16, true},
-    {kHalf, "half", 2, true},
-    {kResource, "resource", 0, false},
-    {kVariant, "variant", 0, false},
-    {kUint32, "uint32", 4, true},
+    {kFloat, "float", 4, true},      {kDouble, "double", 8, true},
+    {kInt32, "int32", 4, true},      {kUint8, "uint8", 1, true},
+    {kInt16, "int16", 2, true},      {kInt8, "int8", 1, true},
+    {kString, "string", 0, false},   {kComplex64, "complex64", 8, true},
+    {kInt64, "int64", 8, true},      {kBool, "bool", 1, true},
+    {kQint8, "qint8", 1, false},     {kQuint8, "quint8", 1, false},
+    {kQint32, "qint32", 4, false},   {kBfloat16, "bfloat16", 2, true},
+    {kQint16, "qint16", 2, false},   {kQuint16, "quint16", 2, false},
+    {kUint16, "uint16", 2, true},    {kComplex128, "complex128", 16, true},
+    {kHalf, "half", 2, true},        {kResource, "resource", 0, false},
+    {kVariant, "variant", 0, false}, {kUint32, "uint32", 4, true},
     {kUint64, "uint64", 8, true},
 }};
 

@@ -1,10 +1,10 @@
 #include "daemon/base/status.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <string>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -6,10 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckptd {
 
@@ -42,8 +41,7 @@ const std::string& HostName();
     if (!ckptd_status_.ok()) return ckptd_status_; \
   } while (0)
 
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL(CKPTD_CONCAT(ckptd_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL(CKPTD_CONCAT(ckptd_statusor_, __LINE__), lhs, expr)
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \
   if (!tmp.ok()) return tmp.status();         \

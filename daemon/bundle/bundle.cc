@@ -14,9 +14,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "ckptd/v1/wire.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/crc32c.h"
@@ -47,8 +47,7 @@ class StringSink : public leveldb::WritableFile {
 class StringSource : public leveldb::RandomAccessFile {
  public:
   explicit StringSource(const std::string* data) : data_(data) {}
-  leveldb::Status Read(uint64_t offset, size_t n, leveldb::Slice* result,
-                       char* scratch) const override {
+  leveldb::Status Read(uint64_t offset, size_t n, leveldb::Slice* result, char* scratch) const override {
     if (offset > data_->size()) return leveldb::Status::Corruption("read past end of index");
     n = std::min<uint64_t>(n, data_->size() - offset);
     *result = leveldb::Slice(data_->data() + offset, n);
@@ -90,7 +89,8 @@ constexpr uint64_t kMaxSnappyRatio = 64;
 
 // The block's bytes, uncompressed if Snappy, after checking its handle and sizes.
 absl::StatusOr<std::string> CheckedBlock(const std::string& file, const BlockHandle& h) {
-  if (h.offset > file.size() || h.size > file.size() - h.offset || kBlockTrailer > file.size() - h.offset - h.size) {
+  if (h.offset > file.size() || h.size > file.size() - h.offset ||
+      kBlockTrailer > file.size() - h.offset - h.size) {
     return absl::DataLossError("a block handle points past the end of the index");
   }
   const char* data = file.data() + h.offset;
@@ -102,7 +102,8 @@ absl::StatusOr<std::string> CheckedBlock(const std::string& file, const BlockHan
     return absl::DataLossError("a Snappy block declares an implausible length");
   }
   std::string out(length, '\0');
-  if (!snappy::RawUncompress(data, h.size, out.data())) return absl::DataLossError("a Snappy block does not decode");
+  if (!snappy::RawUncompress(data, h.size, out.data()))
+    return absl::DataLossError("a Snappy block does not decode");
   return out;
 }
 
@@ -113,8 +114,8 @@ absl::Status CheckTableLayout(const std::string& file) {
   std::memcpy(&magic, footer.data() + kFooterSize - 8, 8);
   if (magic != kTableMagic) return absl::DataLossError("not a table (bad magic number)");
   BlockHandle meta, index;
-  if (!GetVarint64(&footer, &meta.offset) || !GetVarint64(&footer, &meta.size) || !GetVarint64(&footer, &index.offset) ||
-      !GetVarint64(&footer, &index.size)) {
+  if (!GetVarint64(&footer, &meta.offset) || !GetVarint64(&footer, &meta.size) ||
+      !GetVarint64(&footer, &index.offset) || !GetVarint64(&footer, &index.size)) {
     return absl::DataLossError("garbled table footer");
   }
   RETURN_IF_ERROR(CheckedBlock(file, meta).status());
@@ -218,7 +219,8 @@ absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
     len |= static_cast<uint64_t>(byte & 0x7f) << shift;
     if ((byte & 0x80) == 0) break;
   }
-  if (encoded.size() - pos < 4 || encoded.size() - pos - 4 != len) return absl::DataLossError("malformed string scalar");
+  if (encoded.size() - pos < 4 || encoded.size() - pos - 4 != len)
+    return absl::DataLossError("malformed string scalar");
   return encoded.substr(pos + 4);
 }
 
@@ -303,7 +305,8 @@ absl::Status IndexBuilder::AddTensor(const std::string& name, int dtype, const S
   return Add(name, std::move(full));
 }
 
-absl::StatusOr<std::unique_ptr<DataFileWriter>> DataFileWriter::Create(FileSystem* fs, const std::string& path) {
+absl::StatusOr<std::unique_ptr<DataFileWriter>> DataFileWriter::Create(FileSystem* fs,
+                                                                       const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewDirectWritableFile(path));
   return std::unique_ptr<DataFileWriter>(new DataFileWriter(fs, path, std::move(file)));
 }
@@ -313,7 +316,8 @@ int64_t DataFileWriter::EntryOffset(int64_t end, int64_t bytes) {
 }
 
 absl::StatusOr<int64_t> DataFileWriter::AppendUnchecked(absl::string_view bytes) {
-  static const std::string* const kZeros = new std::string(static_cast<size_t>(wire::kDirectIoAlignment), '\0');
+  static const std::string* const kZeros =
+      new std::string(static_cast<size_t>(wire::kDirectIoAlignment), '\0');
   const int64_t offset = EntryOffset(size_, static_cast<int64_t>(bytes.size()));
   if (offset > size_) RETURN_IF_ERROR(file_->Append(absl::string_view(kZeros->data(), offset - size_)));
   RETURN_IF_ERROR(file_->Append(bytes));
@@ -321,7 +325,8 @@ absl::StatusOr<int64_t> DataFileWriter::AppendUnchecked(absl::string_view bytes)
   return offset;
 }
 
-absl::StatusOr<DataFileWriter::Written> DataFileWriter::Append(int dtype, int64_t elements, absl::string_view bytes) {
+absl::StatusOr<DataFileWriter::Written> DataFileWriter::Append(int dtype, int64_t elements,
+                                                               absl::string_view bytes) {
   ASSIGN_OR_RETURN(uint32_t crc, EntryChecksum(dtype, elements, bytes.data(), bytes.size()));
   ASSIGN_OR_RETURN(int64_t offset, AppendUnchecked(bytes));
   return Written{.offset = offset, .crc32c = crc};
@@ -353,8 +358,7 @@ absl::StatusOr<std::string> IndexBuilder::Finish() {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs,
-                                                                 const std::string& prefix,
+absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs, const std::string& prefix,
                                                                  uint64_t max_index_bytes) {
   const std::string index_path = IndexPath(prefix);
   ASSIGN_OR_RETURN(std::string bytes, fs->ReadFileToString(index_path, max_index_bytes));
@@ -409,9 +413,8 @@ absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs,
         return corrupt(absl::StrCat("entry '", key, "' has a negative offset or size"));
       }
       const size_t element_size = DataTypeSize(entry.dtype());
-      if (element_size != 0 &&
-          (elements > INT64_MAX / static_cast<int64_t>(element_size) ||
-           entry.size() != elements * static_cast<int64_t>(element_size))) {
+      if (element_size != 0 && (elements > INT64_MAX / static_cast<int64_t>(element_size) ||
+                                entry.size() != elements * static_cast<int64_t>(element_size))) {
         return corrupt(absl::StrCat("entry '", key, "' declares ", entry.size(),
                                     " bytes but its shape and dtype need ", elements, " x ", element_size));
       }
@@ -446,15 +449,15 @@ absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
   info.dtype = entry->dtype();
   info.shape = ShapeFromProto(entry->shape());
   if (entry->slices_size() == 0) {
-    info.pieces.push_back({Box::Full(info.shape), name, PieceLabel(name, Box::Full(info.shape), info.shape, false),
-                           *entry});
+    info.pieces.push_back(
+        {Box::Full(info.shape), name, PieceLabel(name, Box::Full(info.shape), info.shape, false), *entry});
     return info;
   }
   for (const tf::TensorSliceProto& slice : entry->slices()) {
     Box box = SliceProtoToBox(slice, info.shape);
     if (absl::Status st = CheckBoxInShape(box, info.shape); !st.ok()) {
-      return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": tensor '", name, "' lists slice ",
-                                              st.message()));
+      return absl::DataLossError(
+          absl::StrCat(IndexPath(prefix_), ": tensor '", name, "' lists slice ", st.message()));
     }
     std::string key = ordered_code::EncodeTensorNameSlice(name, box, info.shape);
     const tf::BundleEntryProto* piece = Find(key);
@@ -544,30 +547,32 @@ absl::Status BundleReader::CheckEntryRange(const std::string& label, const tf::B
     return absl::Status(file.status().code(), absl::StrCat("tensor ", label, ": ", file.status().message()));
   }
   const uint64_t size = (*file)->Size();
-  if (static_cast<uint64_t>(entry.offset()) > size || static_cast<uint64_t>(entry.size()) > size - entry.offset()) {
-    return absl::DataLossError(absl::StrCat("tensor ", label, ": bytes [", entry.offset(), ", +", entry.size(),
-                                            ") lie past the end of ", DataFile(entry.shard_id()), " (", size,
-                                            " bytes)"));
+  if (static_cast<uint64_t>(entry.offset()) > size ||
+      static_cast<uint64_t>(entry.size()) > size - entry.offset()) {
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": bytes [", entry.offset(), ", +",
+                                            entry.size(), ") lie past the end of ",
+                                            DataFile(entry.shard_id()), " (", size, " bytes)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleEntryProto& entry,
-                                     char* dst) {
+absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst) {
   const std::string file_name = DataFile(entry.shard_id());
   RETURN_IF_ERROR(CheckEntryRange(label, entry));
   auto file = DataFileHandle(entry.shard_id());
-  absl::Status s = (*file)->Read(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()), dst);
+  absl::Status s =
+      (*file)->Read(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()), dst);
   if (absl::IsOutOfRange(s)) {
     return absl::DataLossError(absl::StrCat("tensor ", label, ": ", s.message()));
   }
   RETURN_IF_ERROR(s);
   int64_t elements = 1;
   for (const auto& dim : entry.shape().dim()) elements *= dim.size();
-  absl::StatusOr<uint32_t> actual = EntryChecksum(entry.dtype(), elements, dst, static_cast<size_t>(entry.size()));
+  absl::StatusOr<uint32_t> actual =
+      EntryChecksum(entry.dtype(), elements, dst, static_cast<size_t>(entry.size()));
   if (!actual.ok()) {
-    return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ", file_name,
-                                            " at offset ", entry.offset()));
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ",
+                                            file_name, " at offset ", entry.offset()));
   }
   if (*actual != entry.crc32c()) {
     return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ", file_name,
@@ -585,8 +590,8 @@ absl::Status BundleReader::CheckBoxReadable(const TensorInfo& info, const Box& b
     covered += common.has_value() ? common->NumElements() : box.NumElements();
   }
   if (covered != box.NumElements()) {
-    return absl::DataLossError(absl::StrCat("tensor '", info.name, "': saved slices cover ", covered, " of the ",
-                                            box.NumElements(), " elements requested"));
+    return absl::DataLossError(absl::StrCat("tensor '", info.name, "': saved slices cover ", covered,
+                                            " of the ", box.NumElements(), " elements requested"));
   }
   return absl::OkStatus();
 }
@@ -594,8 +599,8 @@ absl::Status BundleReader::CheckBoxReadable(const TensorInfo& info, const Box& b
 absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char* dst) {
   const size_t element_size = DataTypeSize(info.dtype);
   if (element_size == 0) {
-    return absl::UnimplementedError(absl::StrCat("tensor '", info.name, "' has dtype ",
-                                                 DataTypeName(info.dtype), ", which restore does not support"));
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", info.name, "' has dtype ", DataTypeName(info.dtype), ", which restore does not support"));
   }
   int64_t covered = 0;
   // Page-aligned, so that large reads can bypass the page cache.
@@ -620,8 +625,8 @@ absl::Status BundleReader::ReadBox(const TensorInfo& info, const Box& box, char*
     if (size > buffer_size) {
       void* p = nullptr;
       if (posix_memalign(&p, wire::kDirectIoAlignment, std::max<size_t>(size, 1)) != 0) {
-        return absl::ResourceExhaustedError(absl::StrCat("tensor '", info.name, "': no memory to read ", size,
-                                                         " bytes"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("tensor '", info.name, "': no memory to read ", size, " bytes"));
       }
       buffer.reset(static_cast<char*>(p));
       buffer_size = size;

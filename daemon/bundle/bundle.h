@@ -121,16 +121,13 @@ class BundleReader {
  public:
   // Reads and checks the whole index (block checksums, header, every entry's fields).
   // A missing, truncated or garbled index is DATA_LOSS or NOT_FOUND naming the file.
-  static absl::StatusOr<std::unique_ptr<BundleReader>> Open(FileSystem* fs,
-                                                            const std::string& prefix,
+  static absl::StatusOr<std::unique_ptr<BundleReader>> Open(FileSystem* fs, const std::string& prefix,
                                                             uint64_t max_index_bytes = 1ull << 30);
 
   const tf::BundleHeaderProto& header() const { return header_; }
   const std::string& prefix() const { return prefix_; }
   // Every entry but the header, in key order (slice entries included).
-  const std::vector<std::pair<std::string, tf::BundleEntryProto>>& entries() const {
-    return entries_;
-  }
+  const std::vector<std::pair<std::string, tf::BundleEntryProto>>& entries() const { return entries_; }
   // Tensor names: keys that are not slice keys.
   std::vector<std::string> TensorNames() const;
   const tf::BundleEntryProto* Find(const std::string& key) const;

@@ -9,7 +9,8 @@ namespace ckptd {
 std::string CheckpointMeta::ToJson() const {
   nlohmann::json host_list = nlohmann::json::array();
   for (const Host& h : hosts) {
-    host_list.push_back({{"rank", h.rank}, {"file", h.file}, {"bytes", h.bytes}, {"write_seconds", h.write_seconds}});
+    host_list.push_back(
+        {{"rank", h.rank}, {"file", h.file}, {"bytes", h.bytes}, {"write_seconds", h.write_seconds}});
   }
   nlohmann::json tensor_list = nlohmann::json::array();
   for (const Tensor& t : tensors) {

@@ -32,8 +32,7 @@ uint32_t ExtendPortable(uint32_t crc, const char* data, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const char* data,
-                                                       size_t n) {
+__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const char* data, size_t n) {
   uint64_t c = ~crc & 0xffffffffu;
   while (n >= 8) {
     uint64_t word;

@@ -17,9 +17,9 @@ void WriteNumIncreasing(std::string* dest, uint64_t value) {
 
 void WriteSignedNumIncreasing(std::string* dest, int64_t value) {
   // The header bits of the first two bytes give the length; see TF's ordered_code.cc.
-  static constexpr unsigned char kHeader[11][2] = {
-      {0, 0},       {0x80, 0},    {0xc0, 0},    {0xe0, 0},    {0xf0, 0},   {0xf8, 0},
-      {0xfc, 0},    {0xfe, 0},    {0xff, 0},    {0xff, 0x80}, {0xff, 0xc0}};
+  static constexpr unsigned char kHeader[11][2] = {{0, 0},    {0x80, 0},    {0xc0, 0},   {0xe0, 0},
+                                                   {0xf0, 0}, {0xf8, 0},    {0xfc, 0},   {0xfe, 0},
+                                                   {0xff, 0}, {0xff, 0x80}, {0xff, 0xc0}};
   const uint64_t x = value < 0 ? ~static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
   if (x < 64) {
     dest->push_back(static_cast<char>(kHeader[1][0] ^ static_cast<unsigned char>(value)));

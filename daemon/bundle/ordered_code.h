@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
+#include "absl/strings/string_view.h"
 #include "daemon/layout/box.h"
 
 namespace ckptd::ordered_code {

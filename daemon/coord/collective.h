@@ -32,8 +32,7 @@ class Collective {
   virtual absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root,
                                                           absl::Time deadline) = 0;
   // `value` as `root` passed it, on every rank.
-  virtual absl::StatusOr<std::string> Broadcast(const std::string& value, int root,
-                                                absl::Time deadline) = 0;
+  virtual absl::StatusOr<std::string> Broadcast(const std::string& value, int root, absl::Time deadline) = 0;
   // The minimum of `value` over all ranks.
   virtual absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) = 0;
   // The sum of `value` over all ranks.

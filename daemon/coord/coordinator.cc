@@ -33,6 +33,13 @@ absl::Status FromVote(const internal::Vote& v) {
   return absl::Status(static_cast<absl::StatusCode>(v.code()), v.message());
 }
 
+// Trainer ids 0..count-1: every trainer of a step learns its outcome.
+std::set<int> Everyone(int count) {
+  std::set<int> ids;
+  for (int t = 0; t < count; ++t) ids.insert(t);
+  return ids;
+}
+
 Box BoxOf(const google::protobuf::RepeatedField<int64_t>& start,
           const google::protobuf::RepeatedField<int64_t>& length) {
   return Box{{start.begin(), start.end()}, {length.begin(), length.end()}};
@@ -58,7 +65,8 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
       const absl::Status alone = absl::UnavailableError(
           absl::StrCat("ckptd is shutting down; step not committed (", worked.status().message(), ")"));
       registry_->FailEverything(alone);
-      spdlog::warn("coordinator: stopping without the other ranks: {}", std::string(worked.status().message()));
+      spdlog::warn("coordinator: stopping without the other ranks: {}",
+                   std::string(worked.status().message()));
       return alone;
     }
     if (!worked.ok()) {
@@ -97,15 +105,16 @@ void Coordinator::OnExpiry(const absl::Status& late) {
     return;
   }
   for (const StepKey& key : phase_.steps) {
-    absl::Status failed = absl::DeadlineExceededError(absl::StrCat(
-        "run '", key.run, "' step ", key.step, " not committed within ", absl::FormatDuration(options_.commit_timeout),
-        ": ", late.message()));
+    absl::Status failed = absl::DeadlineExceededError(
+        absl::StrCat("run '", key.run, "' step ", key.step, " not committed within ",
+                     absl::FormatDuration(options_.commit_timeout), ": ", late.message()));
     failed_here_.emplace(key, failed);
     registry_->FinishStep(key, failed, 0);
   }
   for (const auto& [run, id] : phase_.barriers) {
-    registry_->FinishBarrier(run, id, absl::DeadlineExceededError(absl::StrCat("barrier ", id, " of run '", run,
-                                                                               "': ", late.message())));
+    registry_->FinishBarrier(
+        run, id,
+        absl::DeadlineExceededError(absl::StrCat("barrier ", id, " of run '", run, "': ", late.message())));
   }
   phase_ = Phase{};
   phase_.idle = true;  // later expiries of this operation look for new work again
@@ -134,24 +143,24 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       e->set_barrier_id(key.second);
     }
   }
-  const bool busy = mine.steps_size() > 0 || mine.barriers_size() > 0;
-  phase_ = Phase{};
-  phase_.idle = !busy;
-  for (const auto& p : mine.steps()) phase_.steps.push_back({p.run(), p.step()});
-  for (const auto& b : mine.barriers()) phase_.barriers.emplace_back(b.run(), b.barrier_id());
-  // Even an idle round has a deadline: work staged while a peer is stuck must fail
-  // in time (see OnExpiry).
-  const absl::Time deadline = now + options_.commit_timeout;
-  ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(mine.SerializeAsString(), deadline));
-  phase_ = Phase{};
+  std::vector<std::string> all;
+  {
+    Phase exchange{.idle = mine.steps_size() == 0 && mine.barriers_size() == 0};
+    for (const auto& p : mine.steps()) exchange.steps.push_back({p.run(), p.step()});
+    for (const auto& b : mine.barriers()) exchange.barriers.emplace_back(b.run(), b.barrier_id());
+    PhaseScope scope(&phase_, std::move(exchange));
+    // Even an idle round has a deadline: work staged while a peer is stuck must fail
+    // in time (see OnExpiry).
+    ASSIGN_OR_RETURN(all, collective_->AllGather(mine.SerializeAsString(), now + options_.commit_timeout));
+  }
 
   struct Tally {
     std::set<int> counts;
     int staged = 0;
     int64_t mesh_size = 0;
     std::set<int> trainers;
-    std::set<int> told;            // steps: trainers that know of `failure`
-    std::map<int, int> arrivals;   // barriers: arrivals per trainer id
+    std::set<int> told;           // steps: trainers that know of `failure`
+    std::map<int, int> arrivals;  // barriers: arrivals per trainer id
     std::string failure;
     bool expired = false;
   };
@@ -206,11 +215,13 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       fail(key, tally, absl::AbortedError(absl::StrCat(what, " failed: ", tally.failure)));
     } else if (tally.counts.size() > 1) {
       fail(key, tally,
-           absl::InvalidArgumentError(absl::StrCat(what, ": trainers disagree on trainer_count across hosts")));
+           absl::InvalidArgumentError(
+               absl::StrCat(what, ": trainers disagree on trainer_count across hosts")));
     } else if (tally.staged > count) {
       fail(key, tally,
-           absl::InvalidArgumentError(absl::StrCat(what, ": ", tally.staged, " trainers staged but trainer_count is ",
-                                                   count, " (a trainer id is used twice)")));
+           absl::InvalidArgumentError(absl::StrCat(what, ": ", tally.staged,
+                                                   " trainers staged but trainer_count is ", count,
+                                                   " (a trainer id is used twice)")));
     } else if (tally.staged == count && count > 0) {
       worked = true;
       first_seen_.erase(key);
@@ -220,11 +231,11 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       for (int t = 0; t < count; ++t) {
         if (tally.trainers.count(t) == 0) missing.push_back(t);
       }
-      fail(key, tally,
-           absl::DeadlineExceededError(absl::StrCat(what, ": only ", tally.staged, " of ", count,
-                                                    " trainers staged within ",
-                                                    absl::FormatDuration(options_.commit_timeout),
-                                                    "; missing trainer(s) ", JoinBounded(missing))));
+      fail(
+          key, tally,
+          absl::DeadlineExceededError(absl::StrCat(
+              what, ": only ", tally.staged, " of ", count, " trainers staged within ",
+              absl::FormatDuration(options_.commit_timeout), "; missing trainer(s) ", JoinBounded(missing))));
     } else {
       first_seen_.try_emplace(key, now);
     }
@@ -258,10 +269,9 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
       RETURN_IF_ERROR(CompleteBarrier(key, tally.mesh_size, mine));
       continue;
     } else if (tally.expired) {
-      failed = absl::DeadlineExceededError(absl::StrCat(what, ": ", count - static_cast<int>(missing.size()), " of ",
-                                                        count, " trainers arrived within ",
-                                                        absl::FormatDuration(options_.commit_timeout),
-                                                        "; missing trainer(s) ", JoinBounded(missing)));
+      failed = absl::DeadlineExceededError(absl::StrCat(
+          what, ": ", count - static_cast<int>(missing.size()), " of ", count, " trainers arrived within ",
+          absl::FormatDuration(options_.commit_timeout), "; missing trainer(s) ", JoinBounded(missing)));
     } else {
       barrier_first_seen_.try_emplace(key, now);
       continue;
@@ -285,10 +295,12 @@ absl::Status Coordinator::CompleteBarrier(const std::pair<std::string, int64_t>&
   for (const auto& b : mine.barriers()) {
     if (b.run() == key.first && b.barrier_id() == key.second) local_devices = b.devices();
   }
-  phase_.barriers.push_back(key);
-  ASSIGN_OR_RETURN(int64_t devices, collective_->AllReduceSum(local_devices, barrier_deadline));
-  RETURN_IF_ERROR(collective_->Barrier(barrier_deadline));
-  phase_ = Phase{};
+  int64_t devices = 0;
+  {
+    PhaseScope scope(&phase_, Phase{.barriers = {key}});
+    ASSIGN_OR_RETURN(devices, collective_->AllReduceSum(local_devices, barrier_deadline));
+    RETURN_IF_ERROR(collective_->Barrier(barrier_deadline));
+  }
   absl::Status outcome = absl::OkStatus();
   if (mesh_size > 0 && devices != mesh_size) {
     outcome = absl::FailedPreconditionError(absl::StrCat("barrier ", key.second, " of run '", key.first,
@@ -301,9 +313,11 @@ absl::Status Coordinator::CompleteBarrier(const std::pair<std::string, int64_t>&
 
 absl::StatusOr<absl::Status> Coordinator::Vote(const absl::Status& mine, absl::Time deadline) {
   const int size = collective_->size();
-  ASSIGN_OR_RETURN(int first_failed, collective_->AllReduceMin(mine.ok() ? size : collective_->rank(), deadline));
+  ASSIGN_OR_RETURN(int first_failed,
+                   collective_->AllReduceMin(mine.ok() ? size : collective_->rank(), deadline));
   if (first_failed == size) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string vote, collective_->Broadcast(ToVote(mine).SerializeAsString(), first_failed, deadline));
+  ASSIGN_OR_RETURN(std::string vote,
+                   collective_->Broadcast(ToVote(mine).SerializeAsString(), first_failed, deadline));
   internal::Vote parsed;
   parsed.ParseFromString(vote);
   return FromVote(parsed);
@@ -320,16 +334,51 @@ absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s)
 }
 
 absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
-  const absl::Time started = absl::Now();
-  const absl::Time deadline = started + options_.commit_timeout;
-  const int rank = collective_->rank();
-  std::vector<TrainerPayload> payloads = registry_->TakeForCommit(key);
-  phase_ = Phase{};
-  phase_.steps.push_back(key);
+  Attempt attempt{.key = key,
+                  .trainer_count = trainer_count,
+                  .started = absl::Now(),
+                  .deadline = absl::Now() + options_.commit_timeout,
+                  .payloads = registry_->TakeForCommit(key)};
+  PhaseScope scope(&phase_, Phase{.steps = {key}});
+  absl::StatusOr<SavePlan> plan;
+  RETURN_IF_ERROR(PlanPhase(attempt, &plan));
+  if (!plan.ok()) {
+    spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step,
+                 std::string(plan.status().message()));
+    failed_here_.erase(key);
+    registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), Everyone(trainer_count));
+    return absl::OkStatus();
+  }
+  attempt.plan = std::move(*plan);
+  // Each phase does this rank's part, then every rank votes; the first failing vote
+  // ends the attempt the same way on every rank. Publish and confirm are past the
+  // point where a deadline may fail the step locally (see OnExpiry).
+  using PhaseFn = absl::Status (Coordinator::*)(Attempt&, absl::Status*);
+  struct Step {
+    PhaseFn run;
+    bool deadline_may_fail_it;
+  };
+  for (const Step& step : {Step{&Coordinator::PreparePhase, true}, Step{&Coordinator::WritePhase, true},
+                           Step{&Coordinator::MergePhase, true}, Step{&Coordinator::PublishPhase, false},
+                           Step{&Coordinator::ConfirmPhase, false}}) {
+    if (!step.deadline_may_fail_it) phase_.final_outcome = true;
+    absl::Status mine;
+    RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
+    if (step.deadline_may_fail_it) mine = LocalStatus(key, mine);
+    ASSIGN_OR_RETURN(attempt.agreed, Vote(Where(mine), attempt.deadline));
+    if (!attempt.agreed.ok()) {
+      if (step.run == &Coordinator::ConfirmPhase && collective_->rank() == 0) Withdraw(key);
+      break;
+    }
+  }
+  Conclude(attempt);
+  return absl::OkStatus();
+}
 
-  // Plan: every rank learns every shard, then computes the same plan.
+absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan_out) {
+  // Every rank learns every shard, then computes the same plan.
   internal::ShardList local;
-  for (const TrainerPayload& p : payloads) {
+  for (const TrainerPayload& p : attempt.payloads) {
     for (const StagedTensor& t : p.tensors) {
       internal::Shard* s = local.add_shards();
       s->set_name(t.name);
@@ -347,8 +396,11 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     d->set_mesh(p.mesh);
     d->mutable_device_ids()->Add(p.device_ids.begin(), p.device_ids.end());
   }
-  if (absl::Status s = LocalStatus(key, absl::OkStatus()); !s.ok()) local.set_failure(std::string(s.message()));
-  ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(local.SerializeAsString(), deadline));
+  if (absl::Status s = LocalStatus(attempt.key, absl::OkStatus()); !s.ok()) {
+    local.set_failure(std::string(s.message()));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> all,
+                   collective_->AllGather(local.SerializeAsString(), attempt.deadline));
   std::vector<ShardRef> shards;
   std::vector<TrainerDevices> trainers;
   absl::Status failed_somewhere = absl::OkStatus();
@@ -359,12 +411,21 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
       failed_somewhere = absl::DeadlineExceededError(list.failure());
     }
     for (const internal::Shard& s : list.shards()) {
-      shards.push_back({s.name(), s.dtype(), Shape(s.shape().begin(), s.shape().end()),
-                        BoxOf(s.start(), s.length()), host, s.trainer(), s.bytes(), s.has_layout(),
-                        std::vector<std::string>(s.sharding_specs().begin(), s.sharding_specs().end())});
+      shards.push_back({.name = s.name(),
+                        .dtype = s.dtype(),
+                        .shape = Shape(s.shape().begin(), s.shape().end()),
+                        .box = BoxOf(s.start(), s.length()),
+                        .host = host,
+                        .trainer = s.trainer(),
+                        .bytes = s.bytes(),
+                        .has_layout = s.has_layout(),
+                        .sharding_specs = {s.sharding_specs().begin(), s.sharding_specs().end()}});
     }
     for (const internal::TrainerDevices& t : list.trainers()) {
-      trainers.push_back({t.trainer(), host, t.mesh(), {t.device_ids().begin(), t.device_ids().end()}});
+      trainers.push_back({.trainer = t.trainer(),
+                          .host = host,
+                          .mesh = t.mesh(),
+                          .device_ids = {t.device_ids().begin(), t.device_ids().end()}});
     }
   }
   // A rank that already failed the step (its deadline passed, its staged bytes are
@@ -373,86 +434,84 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::StatusOr<std::string> mesh = failed_somewhere.ok() ? CheckMeshCoverage(trainers) : failed_somewhere;
   absl::StatusOr<SavePlan> plan = mesh.ok() ? MakeSavePlan(shards, collective_->size()) : mesh.status();
   if (plan.ok()) plan->mesh = *mesh;
-  if (!plan.ok()) {
-    spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step, std::string(plan.status().message()));
-    failed_here_.erase(key);
-    phase_ = Phase{};
-    std::set<int> everyone;
-    for (int t = 0; t < trainer_count; ++t) everyone.insert(t);
-    registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), everyone);
-    return absl::OkStatus();
-  }
+  *plan_out = std::move(plan);
+  return absl::OkStatus();
+}
 
+absl::Status Coordinator::PreparePhase(Attempt& attempt, absl::Status* mine) {
   // Rank 0 clears leftovers (this step's earlier attempt, and the first time it sees a
   // run, temp directories orphaned by a crash) and creates the temp directory.
-  const std::string temp_dir = store_->TempDir(key.run, key.step);
-  absl::Status prepared = absl::OkStatus();
-  if (rank == 0) {
-    if (cleaned_runs_.insert(key.run).second) {
-      auto removed = store_->RemoveOrphans(key.run);
-      if (!removed.ok()) {
-        spdlog::warn("run '{}': cleaning orphans: {}", key.run, std::string(removed.status().message()));
-      } else {
-        for (const std::string& path : *removed) spdlog::warn("run '{}': removed orphaned {}", key.run, path);
-      }
-    }
-    absl::StatusOr<bool> committed = store_->Committed(key.run, key.step);
-    if (!committed.ok()) {
-      prepared = committed.status();
-    } else if (*committed) {
-      prepared = absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
+  if (collective_->rank() == 0) *mine = PrepareTempDir(attempt.key);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::PrepareTempDir(const StepKey& key) {
+  if (cleaned_runs_.insert(key.run).second) {
+    auto removed = store_->RemoveOrphans(key.run);
+    if (!removed.ok()) {
+      spdlog::warn("run '{}': cleaning orphans: {}", key.run, std::string(removed.status().message()));
     } else {
-      prepared = store_->fs()->DeleteRecursively(temp_dir);
-      if (prepared.ok()) prepared = store_->fs()->CreateDirs(temp_dir, options_.dir_mode);
+      for (const std::string& path : *removed) spdlog::warn("run '{}': removed orphaned {}", key.run, path);
     }
   }
-  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(LocalStatus(key, prepared)), deadline));
-
-  // Write this host's boxes, then vote on "all written and synced".
-  std::string entries;
-  int64_t bytes = 0;
-  absl::Status written = agreed;
-  if (agreed.ok()) written = WriteLocalShard(key, *plan, payloads, &entries, &bytes);
-  payloads.clear();  // staged memory goes back as soon as the bytes are on disk
-  ASSIGN_OR_RETURN(agreed, Vote(Where(LocalStatus(key, written)), deadline));
-
-  // Merge: rank 0 writes the index and ckptd.json into the temp directory; all vote
-  // once more before anything becomes visible.
-  if (agreed.ok()) {
-    ASSIGN_OR_RETURN(std::vector<std::string> gathered, collective_->Gather(entries, 0, deadline));
-    absl::Status merged = absl::OkStatus();
-    if (rank == 0) merged = WriteIndex(key, trainer_count, *plan, gathered, started);
-    ASSIGN_OR_RETURN(agreed, Vote(Where(LocalStatus(key, merged)), deadline));
+  ASSIGN_OR_RETURN(bool committed, store_->Committed(key.run, key.step));
+  if (committed) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
   }
-  // Publish: rank 0 renames and syncs; then every rank checks that it sees the step
-  // (its own bytes included), and only that last vote announces the outcome.
-  if (agreed.ok()) {
-    phase_.final_outcome = true;
-    absl::Status published = rank == 0 ? Publish(key) : absl::OkStatus();
-    ASSIGN_OR_RETURN(agreed, Vote(Where(published), deadline));
-    if (agreed.ok()) {
-      ASSIGN_OR_RETURN(agreed, Vote(Where(CheckPublishedHere(key, bytes)), deadline));
-      if (!agreed.ok() && rank == 0) Withdraw(key);
-    }
+  const std::string temp_dir = store_->TempDir(key.run, key.step);
+  RETURN_IF_ERROR(store_->fs()->DeleteRecursively(temp_dir));
+  return store_->fs()->CreateDirs(temp_dir, options_.dir_mode);
+}
+
+absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
+  *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes);
+  attempt.payloads.clear();  // staged memory goes back as soon as the bytes are on disk
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::MergePhase(Attempt& attempt, absl::Status* mine) {
+  // Rank 0 writes the index and ckptd.json into the temp directory; all vote once
+  // more before anything becomes visible.
+  ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                   collective_->Gather(attempt.entries, 0, attempt.deadline));
+  if (collective_->rank() == 0) {
+    *mine = WriteIndex(attempt.key, attempt.trainer_count, attempt.plan, gathered, attempt.started);
   }
-  phase_ = Phase{};
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::PublishPhase(Attempt& attempt, absl::Status* mine) {
+  if (collective_->rank() == 0) *mine = Publish(attempt.key);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ConfirmPhase(Attempt& attempt, absl::Status* mine) {
+  // Every rank checks that it sees the published step, its own bytes included; only
+  // this vote lets Wait report the step committed.
+  *mine = CheckPublishedHere(attempt.key, attempt.bytes);
+  return absl::OkStatus();
+}
+
+void Coordinator::Conclude(const Attempt& attempt) {
+  const StepKey& key = attempt.key;
+  const absl::Status& agreed = attempt.agreed;
   failed_here_.erase(key);
-  if (!agreed.ok() && rank == 0) {
+  if (!agreed.ok() && collective_->rank() == 0) {
+    const std::string temp_dir = store_->TempDir(key.run, key.step);
     if (absl::Status s = store_->fs()->DeleteRecursively(temp_dir); !s.ok()) {
       spdlog::error("removing {}: {}", temp_dir, std::string(s.message()));
     }
   }
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
-                 absl::FormatDuration(absl::Now() - started), bytes);
-    if (rank == 0) ApplyRetention(key);
+                 absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
+    if (collective_->rank() == 0) ApplyRetention(key);
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
-  std::set<int> everyone;
-  for (int t = 0; t < trainer_count; ++t) everyone.insert(t);
-  registry_->FinishStep(key, agreed, agreed.ok() ? bytes : 0, absl::Now() - started, everyone);
-  return absl::OkStatus();
+  registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, absl::Now() - attempt.started,
+                        Everyone(attempt.trainer_count));
 }
 
 absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_written) {
@@ -461,15 +520,17 @@ absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_w
   FileSystem* fs = store_->fs();
   ASSIGN_OR_RETURN(bool visible, store_->Committed(key.run, key.step));
   if (!visible) {
-    return absl::FailedPreconditionError(absl::StrCat("published ", step_dir, " is not visible here (no ", IndexPath(prefix),
+    return absl::FailedPreconditionError(absl::StrCat("published ", step_dir, " is not visible here (no ",
+                                                      IndexPath(prefix),
                                                       "): every daemon must see the same root"));
   }
   const std::string data = DataPath(prefix, collective_->rank(), collective_->size());
   absl::StatusOr<uint64_t> size = fs->FileSize(data);
   if (!size.ok() || *size != static_cast<uint64_t>(bytes_written)) {
-    return absl::DataLossError(absl::StrCat("published ", data, " is ",
-                                            size.ok() ? absl::StrCat(*size, " bytes") : std::string(size.status().message()),
-                                            " here, but this rank wrote ", bytes_written));
+    return absl::DataLossError(
+        absl::StrCat("published ", data, " is ",
+                     size.ok() ? absl::StrCat(*size, " bytes") : std::string(size.status().message()),
+                     " here, but this rank wrote ", bytes_written));
   }
   return absl::OkStatus();
 }
@@ -505,7 +566,8 @@ absl::Status Coordinator::CheckSharedRoot() {
     mine = absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank, " on host ", HostName(), " does not see the checkpoint root ", store_->root(),
         " that rank 0 wrote to (", seen.ok() ? "another daemon's token is there" : seen.status().message(),
-        "): every daemon must use one shared root (a parallel or network file system mounted at the same path on "
+        "): every daemon must use one shared root (a parallel or network file system mounted at the same "
+        "path on "
         "every host); point root at such a directory"));
   }
   ASSIGN_OR_RETURN(agreed, Vote(mine, deadline));
@@ -595,8 +657,8 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
     ASSIGN_OR_RETURN(std::unique_ptr<DataFileWriter> file, DataFileWriter::Create(store_->fs(), path));
     for (Job& j : jobs) {
       const StagedBuffer& bytes = j.staged->bytes;
-      ASSIGN_OR_RETURN(j.offset,
-                       file->AppendUnchecked(absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
+      ASSIGN_OR_RETURN(j.offset, file->AppendUnchecked(
+                                     absl::string_view(bytes.data(), static_cast<size_t>(bytes.size()))));
       finish(j);
     }
     file_bytes = file->size();
@@ -672,7 +734,8 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
     for (const PlannedBox& b : t.boxes) {
       auto it = located.find({t.name, b.box});
       if (it == located.end()) {
-        return absl::InternalError(absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
+        return absl::InternalError(
+            absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
       }
       tf::BundleEntryProto e;
       e.set_shard_id(it->second.shard());
@@ -689,7 +752,8 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
   meta.commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   FileSystem* fs = store_->fs();
   for (const auto& [path, contents] :
-       {std::make_pair(IndexPath(prefix), index_bytes), std::make_pair(JoinPath(temp_dir, kCheckpointMetaFile), meta.ToJson())}) {
+       {std::make_pair(IndexPath(prefix), index_bytes),
+        std::make_pair(JoinPath(temp_dir, kCheckpointMetaFile), meta.ToJson())}) {
     ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewWritableFile(path));
     RETURN_IF_ERROR(file->Append(contents));
     RETURN_IF_ERROR(file->Sync());
@@ -709,7 +773,8 @@ absl::Status Coordinator::Publish(const StepKey& key) {
   if (s.ok()) s = store_->WriteStateFile(key.run);
   if (s.ok()) return s;
   // Not durably published: take it back so that nothing reports a failed step.
-  spdlog::error("run '{}' step {}: publish failed ({}); withdrawing it", key.run, key.step, std::string(s.message()));
+  spdlog::error("run '{}' step {}: publish failed ({}); withdrawing it", key.run, key.step,
+                std::string(s.message()));
   if (absl::Status back = fs->Rename(step_dir, temp_dir); !back.ok()) {
     spdlog::error("withdrawing {}: {}", step_dir, std::string(back.message()));
   }

@@ -16,10 +16,10 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
+#include "daemon/store/checkpoint_store.h"
 
 namespace ckptd {
 
@@ -68,8 +68,9 @@ class Coordinator {
   absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);
   // Writes this rank's boxes into its data file and syncs it; each box's staged
   // memory is freed as soon as it is written and checksummed.
-  absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan, std::vector<TrainerPayload>& payloads,
-                               std::string* entries_out, int64_t* bytes_out);
+  absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
+                               std::vector<TrainerPayload>& payloads, std::string* entries_out,
+                               int64_t* bytes_out);
   absl::Status WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
                           const std::vector<std::string>& gathered, absl::Time started);
   absl::Status Publish(const StepKey& key);
@@ -89,13 +90,54 @@ class Coordinator {
   absl::Status CompleteBarrier(const std::pair<std::string, int64_t>& key, int64_t mesh_size,
                                const internal::RoundState& mine);
 
-  // What a collective that passes its deadline now would leave undone.
+  // What a collective that passes its deadline now would leave undone: the one thing
+  // OnExpiry may touch. OnExpiry (called by the Collective on this thread, from inside
+  // a wait) fails these steps and barriers on this rank, unless final_outcome (past the
+  // publish, the outcome is rank 0's to announce); it touches nothing else of a commit.
   struct Phase {
-    std::vector<StepKey> steps;
-    std::vector<std::pair<std::string, int64_t>> barriers;
+    std::vector<StepKey> steps{};
+    std::vector<std::pair<std::string, int64_t>> barriers{};
     bool final_outcome = false;
     bool idle = false;  // a round that began with nothing staged here
   };
+  // Sets the phase for a scope; the phase is empty again when the scope ends.
+  class PhaseScope {
+   public:
+    PhaseScope(Phase* phase, Phase value) : phase_(phase) { *phase_ = std::move(value); }
+    ~PhaseScope() { *phase_ = Phase{}; }
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+
+   private:
+    Phase* phase_;
+  };
+
+  // One attempt to commit a step. The commit runs as phases (plan, prepare, write,
+  // merge, publish, confirm), each ending in a vote of every rank; the first vote that
+  // fails ends the attempt the same way everywhere.
+  struct Attempt {
+    StepKey key{};
+    int trainer_count = 0;
+    absl::Time started{};
+    absl::Time deadline{};
+    std::vector<TrainerPayload> payloads{};  // staged here; freed once written
+    SavePlan plan{};
+    std::string entries{};  // this rank's written entries (internal::WrittenEntries)
+    int64_t bytes = 0;      // this rank's data file size
+    absl::Status agreed{};  // the last vote
+  };
+  // Phases: a non-OK return means a collective failed (the job must be aborted);
+  // *mine is this rank's own outcome, which the vote that follows combines.
+  absl::Status PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan);
+  absl::Status PreparePhase(Attempt& attempt, absl::Status* mine);
+  absl::Status WritePhase(Attempt& attempt, absl::Status* mine);
+  absl::Status MergePhase(Attempt& attempt, absl::Status* mine);
+  absl::Status PublishPhase(Attempt& attempt, absl::Status* mine);
+  absl::Status ConfirmPhase(Attempt& attempt, absl::Status* mine);
+  // Rank 0: removes orphans and the step's old temp directory, creates a fresh one.
+  absl::Status PrepareTempDir(const StepKey& key);
+  // Cleans up, logs, and tells the trainers the attempt's outcome.
+  void Conclude(const Attempt& attempt);
 
   Collective* collective_;
   StepRegistry* registry_;
@@ -105,9 +147,9 @@ class Coordinator {
   std::map<StepKey, absl::Status> failed_here_;  // steps a deadline failed on this rank
   std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
-  std::set<std::string> cleaned_runs_;           // runs whose orphans rank 0 removed
-  std::set<StepKey> restoring_;                  // steps being restored on some host
-  std::string report_;                           // cached local_report()
+  std::set<std::string> cleaned_runs_;  // runs whose orphans rank 0 removed
+  std::set<StepKey> restoring_;         // steps being restored on some host
+  std::string report_;                  // cached local_report()
   absl::Time report_time_ = absl::InfinitePast();
 };
 

@@ -43,8 +43,7 @@ class MpiCollective : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine,
-                                                     absl::Time deadline) override {
+  absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, absl::Time deadline) override {
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(size_);
     RETURN_IF_ERROR(Run(deadline, "allgather", [&](MPI_Request* req) {
@@ -53,8 +52,8 @@ class MpiCollective : public Collective {
     std::vector<int> displs(size_);
     std::string all = Layout(sizes, &displs);
     RETURN_IF_ERROR(Run(deadline, "allgatherv", [&](MPI_Request* req) {
-      return MPI_Iallgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
-                             MPI_COMM_WORLD, req);
+      return MPI_Iallgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(),
+                             MPI_BYTE, MPI_COMM_WORLD, req);
     }));
     return Split(all, sizes, displs);
   }
@@ -69,15 +68,14 @@ class MpiCollective : public Collective {
     std::vector<int> displs(size_);
     std::string all = rank_ == root ? Layout(sizes, &displs) : std::string();
     RETURN_IF_ERROR(Run(deadline, "gatherv", [&](MPI_Request* req) {
-      return MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root,
-                          MPI_COMM_WORLD, req);
+      return MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
+                          root, MPI_COMM_WORLD, req);
     }));
     if (rank_ != root) return std::vector<std::string>();
     return Split(all, sizes, displs);
   }
 
-  absl::StatusOr<std::string> Broadcast(const std::string& value, int root,
-                                        absl::Time deadline) override {
+  absl::StatusOr<std::string> Broadcast(const std::string& value, int root, absl::Time deadline) override {
     int n = static_cast<int>(value.size());
     RETURN_IF_ERROR(Run(deadline, "broadcast", [&](MPI_Request* req) {
       return MPI_Ibcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD, req);
@@ -189,7 +187,8 @@ class MpiCollective : public Collective {
         if (absl::Now() - stop_seen_ > stop_grace_) {
           const std::vector<int> missing = Missing(current_);
           return absl::UnavailableError(absl::StrCat(
-              "stopping: MPI ", what, " on rank ", rank_, " gave up after ", absl::FormatDuration(stop_grace_), "; ",
+              "stopping: MPI ", what, " on rank ", rank_, " gave up after ",
+              absl::FormatDuration(stop_grace_), "; ",
               missing.empty() ? std::string("every rank arrived but the operation has not finished")
                               : absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived")));
         }
@@ -218,7 +217,8 @@ class MpiCollective : public Collective {
     MPI_Request req;
     absl::Status s = Check(start(&req), what);
     if (s.ok()) s = WaitFor(&req, deadline, what);
-    if (s.ok()) MPI_Waitall(static_cast<int>(current_.requests.size()), current_.requests.data(), MPI_STATUSES_IGNORE);
+    if (s.ok())
+      MPI_Waitall(static_cast<int>(current_.requests.size()), current_.requests.data(), MPI_STATUSES_IGNORE);
     return s;
   }
 

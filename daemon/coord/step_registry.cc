@@ -11,7 +11,8 @@ absl::Status StepRegistry::AdmitLocked(const StepKey& key, int trainer, bool sta
   auto done = outcomes_.find(key);
   if (done != outcomes_.end()) {
     if (done->second.ok()) {
-      return absl::AlreadyExistsError(absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
     }
     std::set<int>& told = told_[key];
     if (told.count(trainer) > 0) {
@@ -38,12 +39,12 @@ absl::Status StepRegistry::AdmitLocked(const StepKey& key, int trainer, bool sta
 }
 
 absl::Status StepRegistry::Admit(const StepKey& key, int trainer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return AdmitLocked(key, trainer, /*staging=*/false);
 }
 
 absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerPayload payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const int trainer = payload.trainer_id;
   RETURN_IF_ERROR(AdmitLocked(key, trainer, /*staging=*/true));
   PendingStep& step = pending_[key];
@@ -59,15 +60,15 @@ absl::Status StepRegistry::Stage(const StepKey& key, int trainer_count, TrainerP
                                                    key.step));
   }
   if (!step.payloads.emplace(trainer, std::move(payload)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("trainer ", trainer, " already staged run '", key.run,
-                                                 "' step ", key.step));
+    return absl::AlreadyExistsError(
+        absl::StrCat("trainer ", trainer, " already staged run '", key.run, "' step ", key.step));
   }
   step.staged_ids.insert(trainer);
   return absl::OkStatus();
 }
 
 void StepRegistry::FailStaging(const StepKey& key, int trainer, const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (outcomes_.count(key) > 0) return;
   PendingStep& step = pending_[key];
   if (step.committing || !step.failure.ok()) return;
@@ -77,30 +78,32 @@ void StepRegistry::FailStaging(const StepKey& key, int trainer, const absl::Stat
 }
 
 void StepRegistry::BeginRestore(const StepKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++restoring_[key];
 }
 
 void StepRegistry::EndRestore(const StepKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (--restoring_[key] <= 0) restoring_.erase(key);
 }
 
 void StepRegistry::AddStepWaiter(const StepKey& key, Waiter w) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto done = outcomes_.find(key);
-  if (done != outcomes_.end()) {
-    absl::Status outcome = done->second;
-    lock.unlock();
-    w.done(outcome);
-    return;
+  std::optional<absl::Status> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    auto done = outcomes_.find(key);
+    if (done == outcomes_.end()) {
+      pending_[key].waiters.push_back(std::move(w));
+      return;
+    }
+    outcome = done->second;
   }
-  pending_[key].waiters.push_back(std::move(w));
+  w.done(*outcome);  // callbacks run without the lock
 }
 
 void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, int trainer_id,
                                     int trainer_count, int64_t devices, int64_t mesh_size, Waiter w) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   PendingBarrier& b = barriers_[{run, barrier_id}];
   b.trainer_counts.insert(trainer_count);
   b.mesh_size = std::max(b.mesh_size, mesh_size);
@@ -108,7 +111,7 @@ void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, 
 }
 
 internal::RoundState StepRegistry::Snapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   internal::RoundState state;
   for (const auto& [key, step] : pending_) {
     if ((step.payloads.empty() && step.failure.ok()) || step.committing) continue;
@@ -145,7 +148,7 @@ internal::RoundState StepRegistry::Snapshot() {
 }
 
 std::vector<TrainerPayload> StepRegistry::TakeForCommit(const StepKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   PendingStep& step = pending_[key];
   step.committing = true;
   std::vector<TrainerPayload> out;
@@ -162,7 +165,7 @@ void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome, i
                               absl::Duration took, const std::set<int>& participants) {
   std::vector<Waiter> waiters;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::set<int> told = participants;
     auto it = pending_.find(key);
     if (it != pending_.end()) {
@@ -198,11 +201,10 @@ void StepRegistry::FinishStep(const StepKey& key, const absl::Status& outcome, i
   for (Waiter& w : waiters) w.done(outcome);
 }
 
-void StepRegistry::FinishBarrier(const std::string& run, int64_t barrier_id,
-                                 const absl::Status& outcome) {
+void StepRegistry::FinishBarrier(const std::string& run, int64_t barrier_id, const absl::Status& outcome) {
   std::vector<Waiter> waiters;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = barriers_.find({run, barrier_id});
     if (it == barriers_.end()) return;
     for (BarrierArrival& a : it->second.arrivals) waiters.push_back(std::move(a.waiter));
@@ -214,7 +216,7 @@ void StepRegistry::FinishBarrier(const std::string& run, int64_t barrier_id,
 void StepRegistry::FailEverything(const absl::Status& status) {
   std::vector<Waiter> waiters;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [key, step] : pending_) {
       for (Waiter& w : step.waiters) waiters.push_back(std::move(w));
     }
@@ -240,7 +242,7 @@ void StepRegistry::DropCancelledWaiters() {
     }
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [key, step] : pending_) sweep(step.waiters);
     // A trainer that gave up on a barrier no longer counts as arrived.
     for (auto it = barriers_.begin(); it != barriers_.end();) {
@@ -260,7 +262,7 @@ void StepRegistry::DropCancelledWaiters() {
 }
 
 std::vector<StepKey> StepRegistry::PendingSteps() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<StepKey> keys;
   for (const auto& [key, step] : pending_) {
     if (!step.payloads.empty() || step.committing) keys.push_back(key);
@@ -269,38 +271,38 @@ std::vector<StepKey> StepRegistry::PendingSteps() {
 }
 
 std::map<std::string, int64_t> StepRegistry::LastCommitted() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return last_committed_;
 }
 
 std::map<std::string, StepRegistry::CommitTiming> StepRegistry::LastCommitTimings() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return last_commit_timing_;
 }
 
 int64_t StepRegistry::bytes_in_flight() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_in_flight_;
 }
 
 int64_t StepRegistry::bytes_written() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_written_;
 }
 
 void StepRegistry::SetRankReports(std::vector<std::string> reports, absl::Time when) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   rank_reports_ = std::move(reports);
   rank_reports_time_ = when;
 }
 
 std::pair<std::vector<std::string>, absl::Time> StepRegistry::RankReports() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return {rank_reports_, rank_reports_time_};
 }
 
 std::optional<absl::Status> StepRegistry::Outcome(const StepKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = outcomes_.find(key);
   if (it == outcomes_.end()) return std::nullopt;
   return it->second;

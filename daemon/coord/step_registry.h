@@ -9,14 +9,15 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ckptd/internal/coord.pb.h"
 #include "daemon/staging/staging_area.h"
@@ -29,9 +30,7 @@ struct StepKey {
   friend bool operator<(const StepKey& a, const StepKey& b) {
     return std::tie(a.run, a.step) < std::tie(b.run, b.step);
   }
-  friend bool operator==(const StepKey& a, const StepKey& b) {
-    return a.run == b.run && a.step == b.step;
-  }
+  friend bool operator==(const StepKey& a, const StepKey& b) { return a.run == b.run && a.step == b.step; }
 };
 
 struct Waiter {
@@ -125,21 +124,21 @@ class StepRegistry {
   static constexpr size_t kOutcomesKept = 4096;
 
   // The Admit check, with mu_ held; `staging` when the trainer's bytes are in.
-  absl::Status AdmitLocked(const StepKey& key, int trainer, bool staging);
+  absl::Status AdmitLocked(const StepKey& key, int trainer, bool staging) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  std::map<StepKey, PendingStep> pending_;
-  std::map<std::pair<std::string, int64_t>, PendingBarrier> barriers_;
-  std::map<StepKey, absl::Status> outcomes_;
-  std::map<StepKey, std::set<int>> told_;  // of failed outcomes: who knows
-  std::deque<StepKey> outcome_order_;
-  std::map<std::string, int64_t> last_committed_;
-  std::map<StepKey, int> restoring_;
-  std::map<std::string, CommitTiming> last_commit_timing_;
-  int64_t bytes_written_ = 0;
-  int64_t bytes_in_flight_ = 0;
-  std::vector<std::string> rank_reports_;
-  absl::Time rank_reports_time_;
+  absl::Mutex mu_;
+  std::map<StepKey, PendingStep> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int64_t>, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);
+  std::map<StepKey, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  std::map<StepKey, std::set<int>> told_ ABSL_GUARDED_BY(mu_);  // of failed outcomes: who knows
+  std::deque<StepKey> outcome_order_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_committed_ ABSL_GUARDED_BY(mu_);
+  std::map<StepKey, int> restoring_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CommitTiming> last_commit_timing_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> rank_reports_ ABSL_GUARDED_BY(mu_);
+  absl::Time rank_reports_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ckptd

@@ -27,12 +27,11 @@ absl::Status FileSystem::CreateDirs(const std::string& path, uint32_t mode) {
   return s;
 }
 
-absl::StatusOr<std::string> FileSystem::ReadFileToString(const std::string& path,
-                                                         uint64_t max_bytes) {
+absl::StatusOr<std::string> FileSystem::ReadFileToString(const std::string& path, uint64_t max_bytes) {
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, NewRandomAccessFile(path));
   if (file->Size() > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(path, " is ", file->Size(),
-                                                     " bytes, more than the limit of ", max_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, " is ", file->Size(), " bytes, more than the limit of ", max_bytes));
   }
   std::string contents(file->Size(), '\0');
   RETURN_IF_ERROR(file->Read(0, contents.size(), contents.data()));

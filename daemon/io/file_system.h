@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckptd {
 
@@ -38,10 +38,8 @@ class FileSystem {
   virtual ~FileSystem() = default;
 
   // Creates or truncates `path` for writing.
-  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) = 0;
-  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
-      const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) = 0;
   // As NewWritableFile, for large sequential writes: the file bypasses the page cache
   // (O_DIRECT) where the file system allows it, and falls back to buffered writes
   // where it does not (tmpfs). Appends of any size and alignment work; a 4 KiB-aligned
@@ -94,13 +92,23 @@ class FileSystemWrapper : public FileSystem {
   absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
     return target_->NewDirectWritableFile(path);
   }
-  absl::Status CreateDir(const std::string& path, uint32_t mode) override { return target_->CreateDir(path, mode); }
-  absl::Status SetMode(const std::string& path, uint32_t mode) override { return target_->SetMode(path, mode); }
-  absl::Status Rename(const std::string& from, const std::string& to) override { return target_->Rename(from, to); }
+  absl::Status CreateDir(const std::string& path, uint32_t mode) override {
+    return target_->CreateDir(path, mode);
+  }
+  absl::Status SetMode(const std::string& path, uint32_t mode) override {
+    return target_->SetMode(path, mode);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return target_->Rename(from, to);
+  }
   absl::Status SyncDir(const std::string& path) override { return target_->SyncDir(path); }
   absl::Status DeleteFile(const std::string& path) override { return target_->DeleteFile(path); }
-  absl::Status DeleteRecursively(const std::string& path) override { return target_->DeleteRecursively(path); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override { return target_->ListDir(path); }
+  absl::Status DeleteRecursively(const std::string& path) override {
+    return target_->DeleteRecursively(path);
+  }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return target_->ListDir(path);
+  }
   absl::StatusOr<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
   bool IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
   bool Exists(const std::string& path) override { return target_->Exists(path); }
@@ -118,7 +126,8 @@ FileSystem* PosixFileSystem();
 // files are created O_EXCL|O_NOFOLLOW with `file_mode` (checkpoints are private to
 // their owner by default). A path outside the root is PERMISSION_DENIED; one through
 // a symlink fails with ELOOP's status. Thread-safe.
-absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root, uint32_t file_mode = 0600);
+absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root,
+                                                               uint32_t file_mode = 0600);
 
 std::string JoinPath(absl::string_view a, absl::string_view b);
 std::string DirName(absl::string_view path);

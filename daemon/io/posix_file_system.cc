@@ -60,7 +60,8 @@ class DirectWritableFile : public WritableFile {
   static constexpr size_t kBlock = 4096;
   static constexpr size_t kBufferBytes = 8 << 20;
 
-  DirectWritableFile(std::string path, int fd, bool direct) : path_(std::move(path)), fd_(fd), direct_(direct) {}
+  DirectWritableFile(std::string path, int fd, bool direct)
+      : path_(std::move(path)), fd_(fd), direct_(direct) {}
   ~DirectWritableFile() override {
     if (fd_ >= 0) ::close(fd_);
     std::free(buffer_);
@@ -78,9 +79,11 @@ class DirectWritableFile : public WritableFile {
           continue;
         }
       }
-      if (buffer_ == nullptr && posix_memalign(reinterpret_cast<void**>(&buffer_), kBlock, kBufferBytes) != 0) {
+      if (buffer_ == nullptr &&
+          posix_memalign(reinterpret_cast<void**>(&buffer_), kBlock, kBufferBytes) != 0) {
         buffer_ = nullptr;
-        return absl::ResourceExhaustedError(absl::StrCat("write ", path_, ": no memory for the write buffer"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("write ", path_, ": no memory for the write buffer"));
       }
       const size_t n = std::min(data.size(), kBufferBytes - used_);
       std::memcpy(buffer_ + used_, data.data(), n);
@@ -178,7 +181,8 @@ class PosixRandomAccessFile : public RandomAccessFile {
   static constexpr size_t kBlock = 4096;
   static constexpr size_t kDirectFrom = 256 << 10;
 
-  PosixRandomAccessFile(std::string path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {
+  PosixRandomAccessFile(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {
     const std::string self = absl::StrCat("/proc/self/fd/", fd);
     direct_fd_ = ::open(self.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   }
@@ -189,8 +193,8 @@ class PosixRandomAccessFile : public RandomAccessFile {
 
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
     if (offset > size_ || n > size_ - offset) {
-      return absl::OutOfRangeError(absl::StrCat("read ", path_, ": bytes [", offset, ", ",
-                                                offset + n, ") lie past its end (", size_, ")"));
+      return absl::OutOfRangeError(absl::StrCat("read ", path_, ": bytes [", offset, ", ", offset + n,
+                                                ") lie past its end (", size_, ")"));
     }
     if (direct_ok_.load(std::memory_order_relaxed) && direct_fd_ >= 0 && n >= kDirectFrom &&
         offset % kBlock == 0 && reinterpret_cast<uintptr_t>(dst) % kBlock == 0) {
@@ -232,8 +236,7 @@ class PosixRandomAccessFile : public RandomAccessFile {
 
 class PosixFs : public FileSystem {
  public:
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
     return std::make_unique<PosixWritableFile>(path, fd);
@@ -245,8 +248,7 @@ class PosixFs : public FileSystem {
     });
   }
 
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
     struct stat st;
@@ -368,7 +370,8 @@ class ConfinedFs : public FileSystem {
     if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0 && errno != ENOENT) {
       return ErrnoToStatus(errno, absl::StrCat("create ", path));
     }
-    int fd = ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_);
+    int fd =
+        ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -393,12 +396,14 @@ class ConfinedFs : public FileSystem {
       ::close(fd);
       return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
     }
-    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd, static_cast<uint64_t>(st.st_size)));
+    return std::unique_ptr<RandomAccessFile>(
+        new PosixRandomAccessFile(path, fd, static_cast<uint64_t>(st.st_size)));
   }
 
   absl::Status CreateDir(const std::string& path, uint32_t mode) override {
     ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::mkdirat(e.dir_fd, e.name.c_str(), mode) != 0) return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
+    if (::mkdirat(e.dir_fd, e.name.c_str(), mode) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
     return absl::OkStatus();
   }
 
@@ -409,7 +414,8 @@ class ConfinedFs : public FileSystem {
       return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
     }
     if (S_ISLNK(st.st_mode)) return ErrnoToStatus(ELOOP, absl::StrCat("chmod ", path));
-    if (::fchmodat(e.dir_fd, e.name.c_str(), mode, 0) != 0) return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
+    if (::fchmodat(e.dir_fd, e.name.c_str(), mode, 0) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
     return absl::OkStatus();
   }
 
@@ -433,7 +439,8 @@ class ConfinedFs : public FileSystem {
 
   absl::Status DeleteFile(const std::string& path) override {
     ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0) return ErrnoToStatus(errno, absl::StrCat("unlink ", path));
+    if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("unlink ", path));
     return absl::OkStatus();
   }
 
@@ -552,7 +559,8 @@ class ConfinedFs : public FileSystem {
 
 absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root, uint32_t file_mode) {
   char resolved[PATH_MAX];
-  if (::realpath(root.c_str(), resolved) == nullptr) return ErrnoToStatus(errno, absl::StrCat("resolve ", root));
+  if (::realpath(root.c_str(), resolved) == nullptr)
+    return ErrnoToStatus(errno, absl::StrCat("resolve ", root));
   int fd = ::open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", resolved));
   struct open_how how = {};

@@ -38,11 +38,11 @@ absl::Status PreparePrivateDirectory(const std::string& path, gid_t group, absl:
   if (others_write || (group_write && !grouped)) {
     char mode_text[8];
     std::snprintf(mode_text, sizeof(mode_text), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return absl::FailedPreconditionError(absl::StrCat(path, " is writable by ", others_write ? "every user" : "its group",
-                                                      " (mode ", mode_text,
-                                                      "): anyone could swap or plant files there; chmod it 0700 or "
-                                                      "choose another path (",
-                                                      setting, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is writable by ", others_write ? "every user" : "its group", " (mode ", mode_text,
+        "): anyone could swap or plant files there; chmod it 0700 or "
+        "choose another path (",
+        setting, ")"));
   }
   if (grouped && st.st_gid != group && ::chown(path.c_str(), static_cast<uid_t>(-1), group) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("chown ", path));
@@ -54,7 +54,8 @@ absl::Status PreparePrivateDirectory(const std::string& path, gid_t group, absl:
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ProcessLock>> ProcessLock::Acquire(const std::string& path, absl::string_view what) {
+absl::StatusOr<std::unique_ptr<ProcessLock>> ProcessLock::Acquire(const std::string& path,
+                                                                  absl::string_view what) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open lock ", path));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -64,20 +65,21 @@ absl::StatusOr<std::unique_ptr<ProcessLock>> ProcessLock::Acquire(const std::str
       const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
       ::close(fd);
       const std::string holder(absl::StripAsciiWhitespace(absl::string_view(text, n > 0 ? n : 0)));
-      return absl::FailedPreconditionError(absl::StrCat(what, " is in use by another ckptd (pid ",
-                                                        holder.empty() ? "unknown" : holder, ", holding ", path,
-                                                        "); stop it first, or give this daemon its own"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " is in use by another ckptd (pid ", holder.empty() ? "unknown" : holder,
+                       ", holding ", path, "); stop it first, or give this daemon its own"));
     }
     if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
-      spdlog::warn("{}: the file system does not support flock ({}); a second daemon would not be detected", path,
-                   std::string(ErrnoToStatus(err, "flock").message()));
+      spdlog::warn("{}: the file system does not support flock ({}); a second daemon would not be detected",
+                   path, std::string(ErrnoToStatus(err, "flock").message()));
       return std::unique_ptr<ProcessLock>(new ProcessLock(fd));
     }
     ::close(fd);
     return ErrnoToStatus(err, absl::StrCat("flock ", path));
   }
   const std::string pid = absl::StrCat(::getpid(), "\n");
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     const int err = errno;
     ::close(fd);
     return ErrnoToStatus(err, absl::StrCat("write lock ", path));

@@ -38,7 +38,8 @@ absl::Status PreparePrivateDirectory(const std::string& path, gid_t group, absl:
 // file systems) give a lock that holds nothing, with a warning logged.
 class ProcessLock {
  public:
-  static absl::StatusOr<std::unique_ptr<ProcessLock>> Acquire(const std::string& path, absl::string_view what);
+  static absl::StatusOr<std::unique_ptr<ProcessLock>> Acquire(const std::string& path,
+                                                              absl::string_view what);
   ~ProcessLock();
   ProcessLock(const ProcessLock&) = delete;
   ProcessLock& operator=(const ProcessLock&) = delete;

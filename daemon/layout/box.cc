@@ -61,8 +61,8 @@ absl::Status CheckShape(const Shape& shape, int64_t* num_elements) {
 
 absl::Status CheckBoxInShape(const Box& box, const Shape& shape) {
   if (box.start.size() != box.length.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("box has ", box.start.size(), " starts but ",
-                                                   box.length.size(), " lengths"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("box has ", box.start.size(), " starts but ", box.length.size(), " lengths"));
   }
   if (box.rank() != shape.size()) {
     return absl::InvalidArgumentError(
@@ -71,9 +71,8 @@ absl::Status CheckBoxInShape(const Box& box, const Shape& shape) {
   for (size_t d = 0; d < box.rank(); ++d) {
     if (box.start[d] < 0 || box.length[d] < 0 || box.start[d] > shape[d] ||
         box.length[d] > shape[d] - box.start[d]) {
-      return absl::InvalidArgumentError(absl::StrCat("box dim ", d, " [", box.start[d], ", +",
-                                                     box.length[d], ") lies outside shape dim ",
-                                                     shape[d]));
+      return absl::InvalidArgumentError(absl::StrCat("box dim ", d, " [", box.start[d], ", +", box.length[d],
+                                                     ") lies outside shape dim ", shape[d]));
     }
   }
   return absl::OkStatus();
@@ -91,7 +90,8 @@ std::optional<int64_t> ContiguousOffset(const Box& inner, const Box& outer) {
   }
   int64_t offset = 0;
   for (size_t d = 0; d < rank; ++d) {
-    if (inner.start[d] < outer.start[d] || inner.start[d] + inner.length[d] > outer.start[d] + outer.length[d]) {
+    if (inner.start[d] < outer.start[d] ||
+        inner.start[d] + inner.length[d] > outer.start[d] + outer.length[d]) {
       return std::nullopt;
     }
     offset = offset * outer.length[d] + (inner.start[d] - outer.start[d]);
@@ -114,8 +114,7 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   return out;
 }
 
-absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape,
-                         const std::string& what) {
+absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape, const std::string& what) {
   int64_t total = 0;
   if (absl::Status s = CheckShape(shape, &total); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
@@ -129,24 +128,25 @@ absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape,
     covered += sorted[i]->NumElements();
     for (size_t j = i + 1; j < sorted.size(); ++j) {
       if (shape.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": scalar saved more than once with different boxes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": scalar saved more than once with different boxes"));
       }
       if (sorted[j]->start[0] >= sorted[i]->start[0] + sorted[i]->length[0]) break;
       if (Intersect(*sorted[i], *sorted[j]).has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": boxes ", sorted[i]->ToString(),
-                                                       " and ", sorted[j]->ToString(), " overlap"));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": boxes ", sorted[i]->ToString(), " and ",
+                                                       sorted[j]->ToString(), " overlap"));
       }
     }
   }
   if (covered != total) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": boxes cover ", covered, " of ", total,
-                                                   " elements; the tensor has a gap"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": boxes cover ", covered, " of ", total, " elements; the tensor has a gap"));
   }
   return absl::OkStatus();
 }
 
-void CopyRegion(const Box& region, const Box& src_box, const char* src, const Box& dst_box,
-                char* dst, size_t element_size) {
+void CopyRegion(const Box& region, const Box& src_box, const char* src, const Box& dst_box, char* dst,
+                size_t element_size) {
   const size_t rank = region.rank();
   if (rank == 0) {
     std::memcpy(dst, src, element_size);

@@ -29,9 +29,7 @@ struct Box {
   std::string ToSliceString(const Shape& shape) const;
   std::string ToString() const;  // "[0:2, 0:4]" half-open, for messages
 
-  friend bool operator==(const Box& a, const Box& b) {
-    return a.start == b.start && a.length == b.length;
-  }
+  friend bool operator==(const Box& a, const Box& b) { return a.start == b.start && a.length == b.length; }
   friend bool operator!=(const Box& a, const Box& b) { return !(a == b); }
   friend bool operator<(const Box& a, const Box& b) {
     return a.start != b.start ? a.start < b.start : a.length < b.length;
@@ -52,8 +50,7 @@ std::optional<Box> Intersect(const Box& a, const Box& b);
 // OK when `boxes` (distinct, each inside `shape`) cover `shape` exactly: no gap, no
 // overlap. Otherwise INVALID_ARGUMENT saying which boxes overlap or how much is
 // missing; `what` (e.g. "tensor 'w'") starts the message.
-absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape,
-                         const std::string& what);
+absl::Status CheckTiling(const std::vector<Box>& boxes, const Shape& shape, const std::string& what);
 
 // When the row-major elements of `inner` (a box inside `outer`) form one contiguous
 // run of a row-major buffer holding `outer`, the element index where that run starts;
@@ -63,8 +60,8 @@ std::optional<int64_t> ContiguousOffset(const Box& inner, const Box& outer);
 
 // Copies the elements of `region` (inside both src_box and dst_box) from a row-major
 // buffer holding src_box to one holding dst_box.
-void CopyRegion(const Box& region, const Box& src_box, const char* src,
-                const Box& dst_box, char* dst, size_t element_size);
+void CopyRegion(const Box& region, const Box& src_box, const char* src, const Box& dst_box, char* dst,
+                size_t element_size);
 
 }  // namespace ckptd
 

@@ -120,8 +120,8 @@ bool IsConvertible(int from_dtype, int to_dtype) { return IsFloatLike(from_dtype
 
 absl::Status ConvertElements(int from_dtype, const char* src, int to_dtype, char* dst, size_t count) {
   if (!IsConvertible(from_dtype, to_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot convert ", DataTypeName(from_dtype), " to ",
-                                                   DataTypeName(to_dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert ", DataTypeName(from_dtype), " to ", DataTypeName(to_dtype)));
   }
   const size_t in = DataTypeSize(from_dtype), out = DataTypeSize(to_dtype);
   for (size_t i = 0; i < count; ++i) Store(to_dtype, Load(from_dtype, src + i * in), dst + i * out);

@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, absl::str
     if (!absl::SimpleAtoi(item, &id) || id < 0) {
       return Malformed(text, absl::StrCat(what, ": '", item, "' is not a non-negative integer"));
     }
-    if (!seen.insert(id).second) return Malformed(text, absl::StrCat(what, ": device ", id, " appears twice"));
+    if (!seen.insert(id).second)
+      return Malformed(text, absl::StrCat(what, ": device ", id, " appears twice"));
     ids.push_back(id);
   }
   return ids;
@@ -53,8 +54,9 @@ int Mesh::DimIndex(const std::string& dim_name) const {
 std::string Mesh::ToString() const {
   std::vector<std::string> dim_strs;
   for (const MeshDim& d : dims) dim_strs.push_back(absl::StrCat(d.name, "=", d.size));
-  std::string out = absl::StrCat(name, "|", absl::StrJoin(dim_strs, ","), "|", absl::StrJoin(global_device_ids, ","),
-                                 "|", absl::StrJoin(local_device_ids, ","), "|", absl::StrJoin(local_devices, ","));
+  std::string out =
+      absl::StrCat(name, "|", absl::StrJoin(dim_strs, ","), "|", absl::StrJoin(global_device_ids, ","), "|",
+                   absl::StrJoin(local_device_ids, ","), "|", absl::StrJoin(local_devices, ","));
   if (!global_devices.empty()) absl::StrAppend(&out, "|", absl::StrJoin(global_devices, ","));
   if (use_xla_spmd) absl::StrAppend(&out, "|", kXlaSpmd);
   return out;
@@ -103,7 +105,8 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
       if (d.name == kUnsharded || d.name == "scalar" || d.name == "any" || d.name == "match") {
         return Malformed(text, absl::StrCat("'", d.name, "' is reserved and cannot name a mesh dimension"));
       }
-      if (!dim_names.insert(d.name).second) return Malformed(text, absl::StrCat("dimension '", d.name, "' appears twice"));
+      if (!dim_names.insert(d.name).second)
+        return Malformed(text, absl::StrCat("dimension '", d.name, "' appears twice"));
       mesh.dims.push_back(std::move(d));
     }
   }
@@ -112,7 +115,8 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
   constexpr int64_t kMaxDevices = int64_t{1} << 24;
   int64_t devices = 1;
   for (const MeshDim& d : mesh.dims) {
-    if (d.size > kMaxDevices || devices * d.size > kMaxDevices) return Malformed(text, "more than 2^24 devices");
+    if (d.size > kMaxDevices || devices * d.size > kMaxDevices)
+      return Malformed(text, "more than 2^24 devices");
     devices *= d.size;
   }
   auto global = ParseIds(text, parts[2], "global device ids");
@@ -127,7 +131,8 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
   mesh.local_device_ids = *local;
   std::set<int64_t> all(mesh.global_device_ids.begin(), mesh.global_device_ids.end());
   for (int64_t id : mesh.local_device_ids) {
-    if (all.count(id) == 0) return Malformed(text, absl::StrCat("local device id ", id, " is not a global id"));
+    if (all.count(id) == 0)
+      return Malformed(text, absl::StrCat("local device id ", id, " is not a global id"));
   }
   if (!parts[4].empty()) mesh.local_devices = absl::StrSplit(parts[4], ',');
   if (mesh.local_devices.size() != mesh.local_device_ids.size()) {
@@ -140,7 +145,8 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
     } else if (i == 5 && !parts[i].empty()) {
       mesh.global_devices = absl::StrSplit(parts[i], ',');
       if (static_cast<int64_t>(mesh.global_devices.size()) != mesh.size()) {
-        return Malformed(text, absl::StrCat(mesh.global_devices.size(), " global devices for a mesh of ", mesh.size()));
+        return Malformed(
+            text, absl::StrCat(mesh.global_devices.size(), " global devices for a mesh of ", mesh.size()));
       }
     } else if (!parts[i].empty()) {
       return Malformed(text, absl::StrCat("unexpected part '", parts[i], "'"));
@@ -160,7 +166,8 @@ absl::StatusOr<Layout> MakeLayout(const std::vector<std::string>& sharding_specs
                                                      mesh.Identity()));
     }
     if (!used.insert(spec).second) {
-      return absl::InvalidArgumentError(absl::StrCat("mesh dimension '", spec, "' shards two tensor dimensions"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh dimension '", spec, "' shards two tensor dimensions"));
     }
   }
   return Layout{sharding_specs, mesh};
@@ -189,11 +196,13 @@ absl::StatusOr<Layout> ParseLayout(const std::string& text) {
   std::vector<std::string> specs;
   if (!specs_part.empty()) {
     if (!absl::ConsumeSuffix(&specs_part, ",")) {
-      return absl::InvalidArgumentError(absl::StrCat("layout '", text, "': each sharding spec ends with ','"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout '", text, "': each sharding spec ends with ','"));
     }
     specs = absl::StrSplit(specs_part, ',');
     for (const std::string& s : specs) {
-      if (s.empty()) return absl::InvalidArgumentError(absl::StrCat("layout '", text, "': empty sharding spec"));
+      if (s.empty())
+        return absl::InvalidArgumentError(absl::StrCat("layout '", text, "': empty sharding spec"));
     }
   }
   auto mesh = ParseMesh(std::string(mesh_part));
@@ -212,7 +221,8 @@ absl::StatusOr<Box> Layout::BoxFor(const Shape& shape, int64_t device_id) const 
   for (size_t d = 0; d < shape.size(); ++d) {
     if (sharding_specs[d] == kUnsharded) continue;
     const int dim = mesh.DimIndex(sharding_specs[d]);
-    if (dim < 0) return absl::InvalidArgumentError(absl::StrCat("unknown mesh dimension '", sharding_specs[d], "'"));
+    if (dim < 0)
+      return absl::InvalidArgumentError(absl::StrCat("unknown mesh dimension '", sharding_specs[d], "'"));
     const int64_t parts = mesh.dims[dim].size;
     if (shape[d] % parts != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tensor dimension ", d, " (size ", shape[d],
@@ -225,8 +235,8 @@ absl::StatusOr<Box> Layout::BoxFor(const Shape& shape, int64_t device_id) const 
   return box;
 }
 
-absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
-                                             const Placement& placement) {
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs,
+                                             const Shape& shape, const Placement& placement) {
   if (!placement.mesh.has_value()) return absl::InvalidArgumentError("layout: the request declares no mesh");
   ASSIGN_OR_RETURN(Layout layout, MakeLayout(sharding_specs, *placement.mesh));
   std::vector<Box> boxes;

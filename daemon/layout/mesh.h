@@ -71,8 +71,8 @@ struct Placement {
 
 // The box each device of `placement` holds of a tensor of `shape` laid out by
 // `sharding_specs`, in device_ids order. INVALID_ARGUMENT without a mesh.
-absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs, const Shape& shape,
-                                             const Placement& placement);
+absl::StatusOr<std::vector<Box>> DeviceBoxes(const std::vector<std::string>& sharding_specs,
+                                             const Shape& shape, const Placement& placement);
 
 }  // namespace ckptd
 

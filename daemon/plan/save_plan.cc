@@ -14,9 +14,7 @@
 namespace ckptd {
 namespace {
 
-std::string ShapeString(const Shape& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
+std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
 
 }  // namespace
 
@@ -36,16 +34,15 @@ absl::StatusOr<std::string> CheckMeshCoverage(const std::vector<TrainerDevices>&
     }
     ASSIGN_OR_RETURN(Mesh other, ParseMesh(t.mesh));
     if (other.Identity() != mesh.Identity()) {
-      return absl::InvalidArgumentError(absl::StrCat("hosts disagree on the mesh: trainer ", first->trainer,
-                                                     " (host ", first->host, ") declared ", mesh.Identity(),
-                                                     " but trainer ", t.trainer, " (host ", t.host, ") declared ",
-                                                     other.Identity()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hosts disagree on the mesh: trainer ", first->trainer, " (host ", first->host, ") declared ",
+          mesh.Identity(), " but trainer ", t.trainer, " (host ", t.host, ") declared ", other.Identity()));
     }
     for (int64_t d : t.device_ids) {
       auto [it, inserted] = holder.emplace(d, t.trainer);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("device ", d, " is claimed by trainers ", it->second, " and ",
-                                                       t.trainer));
+        return absl::InvalidArgumentError(
+            absl::StrCat("device ", d, " is claimed by trainers ", it->second, " and ", t.trainer));
       }
     }
   }
@@ -68,9 +65,8 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
   for (const ShardRef& s : shards) {
     auto [it, inserted] = host_of_trainer.emplace(s.trainer, s.host);
     if (!inserted && it->second != s.host) {
-      return absl::InvalidArgumentError(absl::StrCat("trainer id ", s.trainer,
-                                                     " is used on hosts ", it->second, " and ",
-                                                     s.host));
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer id ", s.trainer, " is used on hosts ", it->second, " and ", s.host));
     }
   }
 
@@ -87,13 +83,13 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     if (p.first == nullptr) {
       p.first = &s;
     } else if (p.first->dtype != s.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", s.name, "': dtype ", DataTypeName(p.first->dtype), " on trainer ",
-          p.first->trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", s.name, "': dtype ", DataTypeName(p.first->dtype), " on trainer ",
+                       p.first->trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
     } else if (p.first->shape != s.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", s.name, "': shape ", ShapeString(p.first->shape), " on trainer ",
-          p.first->trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", s.name, "': shape ", ShapeString(p.first->shape), " on trainer ",
+                       p.first->trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
     }
     if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));

@@ -19,8 +19,8 @@ struct ShardRef {
   int dtype = 0;
   Shape shape;
   Box box;
-  int host = 0;     // MPI rank of the daemon holding it
-  int trainer = 0;  // trainer id within the job
+  int host = 0;       // MPI rank of the daemon holding it
+  int trainer = 0;    // trainer id within the job
   int64_t bytes = 0;  // staged bytes (what balancing counts for variable-size types)
   bool has_layout = false;
   std::vector<std::string> sharding_specs;

@@ -19,7 +19,8 @@ absl::StatusOr<std::vector<Box>> WantedBoxes(const TensorWant& want, const Tenso
   if (want.layout.has_value()) {
     auto boxes = DeviceBoxes(*want.layout, info.shape, placement);
     if (!boxes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", want.name, "'): ", boxes.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".layout ('", want.name, "'): ", boxes.status().message()));
     }
     return std::move(*boxes);
   }
@@ -40,8 +41,8 @@ absl::StatusOr<RestoreItem> PlanOne(BundleReader& reader, const TensorWant& want
                                                    DataTypeName(dtype)));
   }
   if (DataTypeSize(info.dtype) == 0) {
-    return absl::UnimplementedError(absl::StrCat("tensor '", want.name, "' has dtype ", DataTypeName(info.dtype),
-                                                 ", which Restore cannot return"));
+    return absl::UnimplementedError(absl::StrCat("tensor '", want.name, "' has dtype ",
+                                                 DataTypeName(info.dtype), ", which Restore cannot return"));
   }
   if (!want.shape.empty() && want.shape != info.shape) {
     return absl::InvalidArgumentError(
@@ -62,7 +63,8 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
                                         const Placement& placement) {
   RestorePlan plan;
   for (size_t i = 0; i < wants.size(); ++i) {
-    ASSIGN_OR_RETURN(RestoreItem item, PlanOne(reader, wants[i], placement, absl::StrCat("tensors[", i, "]")));
+    ASSIGN_OR_RETURN(RestoreItem item,
+                     PlanOne(reader, wants[i], placement, absl::StrCat("tensors[", i, "]")));
     if (!wants[i].to_device) {
       item.shared_memory_offset = wire::SharedMemoryOffset(plan.shared_memory_bytes, item.bytes);
       plan.shared_memory_bytes = item.shared_memory_offset + item.bytes;
@@ -75,7 +77,8 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                       int threads) {
   if (outputs.size() != plan.items.size()) {
-    return absl::InternalError(absl::StrCat("ReadPlan: ", outputs.size(), " outputs for ", plan.items.size(), " items"));
+    return absl::InternalError(
+        absl::StrCat("ReadPlan: ", outputs.size(), " outputs for ", plan.items.size(), " items"));
   }
   // Every data file is opened first: the files stay readable whatever happens to the
   // directory meanwhile (retention), and a missing one fails before any read.
@@ -107,7 +110,8 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
       const size_t count = static_cast<size_t>(r.box->NumElements());
       stored.resize(count * DataTypeSize(info.dtype));
       failures[i] = reader.ReadBox(info, *r.box, stored.data());
-      if (failures[i].ok()) failures[i] = ConvertElements(info.dtype, stored.data(), r.item->dtype, r.out, count);
+      if (failures[i].ok())
+        failures[i] = ConvertElements(info.dtype, stored.data(), r.item->dtype, r.out, count);
     }
   };
   std::vector<std::thread> helpers;

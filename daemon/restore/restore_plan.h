@@ -24,19 +24,19 @@ namespace ckptd {
 // One tensor a trainer asks for.
 struct TensorWant {
   std::string name{};
-  int dtype = 0;                   // 0: as stored
-  Shape shape{};                   // empty: not checked
-  std::optional<Box> box{};        // nullopt: the whole tensor (ignored with a layout)
+  int dtype = 0;                                     // 0: as stored
+  Shape shape{};                                     // empty: not checked
+  std::optional<Box> box{};                          // nullopt: the whole tensor (ignored with a layout)
   std::optional<std::vector<std::string>> layout{};  // sharding specs: one box per device
-  bool to_device = false;          // delivered to device memory: no room in shared memory
+  bool to_device = false;                            // delivered to device memory: no room in shared memory
 };
 
 // One tensor as it will be delivered.
 struct RestoreItem {
-  TensorInfo info{};        // as stored
-  int dtype = 0;            // as delivered
-  std::vector<Box> boxes{};  // one, or one per device; their bytes are concatenated
-  int64_t bytes = 0;        // of every box, in `dtype`
+  TensorInfo info{};                  // as stored
+  int dtype = 0;                      // as delivered
+  std::vector<Box> boxes{};           // one, or one per device; their bytes are concatenated
+  int64_t bytes = 0;                  // of every box, in `dtype`
   int64_t shared_memory_offset = -1;  // in a shared-memory reply; -1 with to_device
 };
 

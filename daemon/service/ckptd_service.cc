@@ -1,7 +1,6 @@
 #include "daemon/service/ckptd_service.h"
 
 #include <spdlog/spdlog.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -82,8 +81,8 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewParseE
 
 absl::Status CkptdService::CheckTrainerCount(int trainer_count) const {
   if (trainer_count > context_.max_trainers) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_count: ", trainer_count, " exceeds limits.max_trainers (",
-                                                   context_.max_trainers, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trainer_count: ", trainer_count, " exceeds limits.max_trainers (", context_.max_trainers, ")"));
   }
   return absl::OkStatus();
 }
@@ -104,8 +103,9 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   RETURN_IF_ERROR(CheckTrainerCount(header.trainer_count()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
   if (header.tensors_size() > context_.max_tensors_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", header.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
-                                                     context_.max_tensors_per_request, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensors: ", header.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
+        context_.max_tensors_per_request, ")"));
   }
   std::vector<CheckedTensor> tensors;
   RETURN_IF_ERROR(ValidateSaveHeader(header, placement, &tensors));
@@ -114,15 +114,18 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     declared = t.bytes > INT64_MAX - declared ? INT64_MAX : declared + t.bytes;
   }
   if (declared > context_.max_request_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared, " declared bytes exceed limits.max_request_bytes (",
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared,
+                                                     " declared bytes exceed limits.max_request_bytes (",
                                                      context_.max_request_bytes, ")"));
   }
   if (declared > staging_->limit()) {
-    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
-                                                     staging_->limit(), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
+                     staging_->limit(), ")"));
   }
   if (store_->IsCommitted(header.run(), header.step())) {
-    return absl::AlreadyExistsError(absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
   }
   const StepKey key{header.run(), header.step()};
   // A trainer arriving after its step failed hears why now, before sending any bytes.
@@ -143,23 +146,23 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
     ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(ctx->peer()));
     const v1::SharedMemory& shm = header.shared_memory();
     if (shm.size() != declared - on_device) {
-      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
-                                                     " bytes, but the descriptors need ", declared - on_device,
-                                                     " (tensors in device memory excluded)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shared_memory.size: ", shm.size(), " bytes, but the descriptors need ",
+                       declared - on_device, " (tensors in device memory excluded)"));
     }
-    ASSIGN_OR_RETURN(mapped,
-                     SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead));
+    ASSIGN_OR_RETURN(
+        mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead));
   }
   absl::StatusOr<TrainerPayload> payload = ReceiveData(ctx, reader, header, placement, tensors, mapped);
   if (!payload.ok()) {
     // The trainer was part of this step: without its bytes the step cannot commit, so
     // it fails for every trainer now rather than at the deadline. Staged memory for
     // it is freed.
-    registry_->FailStaging(key, header.trainer_id(),
-                           absl::Status(payload.status().code(),
-                                        absl::StrCat("trainer ", header.trainer_id(), " on host ", HostName(),
-                                                     " (rank ", context_.rank, "): its Save broke off: ",
-                                                     payload.status().message())));
+    registry_->FailStaging(
+        key, header.trainer_id(),
+        absl::Status(payload.status().code(),
+                     absl::StrCat("trainer ", header.trainer_id(), " on host ", HostName(), " (rank ",
+                                  context_.rank, "): its Save broke off: ", payload.status().message())));
     return payload.status();
   }
   RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
@@ -170,7 +173,8 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
 
 absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ctx,
                                                          grpc::ServerReader<v1::SaveRequest>* reader,
-                                                         const v1::SaveHeader& header, const Placement& placement,
+                                                         const v1::SaveHeader& header,
+                                                         const Placement& placement,
                                                          const std::vector<CheckedTensor>& tensors,
                                                          const std::shared_ptr<SharedSegment>& mapped) {
   v1::SaveRequest message;
@@ -194,9 +198,11 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       device_segments.push_back({i, tensors[i].boxes[0], tensors[i].bytes, {}});
       continue;
     }
-    if (tensors[i].bytes > INT64_MAX - expected) return absl::InvalidArgumentError("tensors: total bytes overflow");
+    if (tensors[i].bytes > INT64_MAX - expected)
+      return absl::InvalidArgumentError("tensors: total bytes overflow");
     expected += tensors[i].bytes;
-    for (const Box& box : tensors[i].boxes) segments.push_back({i, box, box.NumElements() * element_size, {}});
+    for (const Box& box : tensors[i].boxes)
+      segments.push_back({i, box, box.NumElements() * element_size, {}});
   }
   if (mapped != nullptr) {
     // The bytes already lie in the trainer's segment: stage them where they are.
@@ -220,11 +226,12 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       }
       const std::string& data = message.data();
       if (data.size() > wire::kSaveChunkBytes) {
-        return absl::InvalidArgumentError(absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", wire::kSaveChunkBytes));
+        return absl::InvalidArgumentError(
+            absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", wire::kSaveChunkBytes));
       }
       if (received + static_cast<int64_t>(data.size()) > expected) {
-        return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (", expected,
-                                                       " = box elements x dtype size, summed)"));
+        return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (",
+                                                       expected, " = box elements x dtype size, summed)"));
       }
       received += static_cast<int64_t>(data.size());
       size_t used = 0;
@@ -244,8 +251,9 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       }
     }
     if (received != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("data: received ", received, " bytes but the descriptors need ",
-                                                     expected, " (box elements x dtype size, summed)"));
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", received,
+                                                     " bytes but the descriptors need ", expected,
+                                                     " (box elements x dtype size, summed)"));
     }
   }
 
@@ -269,7 +277,8 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(0));
     }
     const CheckedTensor& t = tensors[seg.tensor];
-    StagedTensor staged{t.name, t.dtype, t.shape, seg.box, std::move(seg.buffer), t.has_layout, t.sharding_specs};
+    StagedTensor staged{t.name,       t.dtype,         t.shape, seg.box, std::move(seg.buffer),
+                        t.has_layout, t.sharding_specs};
     if (header.store_float32_as_bfloat16() && staged.dtype == kFloat) {
       const size_t count = static_cast<size_t>(staged.box.NumElements());
       ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2), deadline));
@@ -298,7 +307,8 @@ grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, c
     return reactor;
   }
   if (request->step() < 0) {
-    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("step: ", request->step(), " is negative"))));
+    reactor->Finish(
+        ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("step: ", request->step(), " is negative"))));
     return reactor;
   }
   const StepKey key{request->run(), request->step()};
@@ -308,12 +318,14 @@ grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, c
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  registry_->AddStepWaiter(key, Waiter{[ctx] { return ctx->IsCancelled(); },
-                                       [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }});
+  registry_->AddStepWaiter(key,
+                           Waiter{[ctx] { return ctx->IsCancelled(); },
+                                  [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }});
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* request,
+grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx,
+                                                const v1::BarrierRequest* request,
                                                 v1::BarrierResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status s = peers_->Check(ctx->peer());
@@ -330,10 +342,11 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
     return reactor;
   }
   const int64_t mesh_size = placement->mesh.has_value() ? placement->mesh->size() : 0;
-  registry_->AddBarrierWaiter(request->run(), request->barrier_id(), request->trainer_id(), request->trainer_count(),
-                              static_cast<int64_t>(placement->device_ids.size()), mesh_size,
-                              Waiter{[ctx] { return ctx->IsCancelled(); },
-                                     [reactor](const absl::Status& st) { reactor->Finish(ToGrpcStatus(st)); }});
+  registry_->AddBarrierWaiter(
+      request->run(), request->barrier_id(), request->trainer_id(), request->trainer_count(),
+      static_cast<int64_t>(placement->device_ids.size()), mesh_size,
+      Waiter{[ctx] { return ctx->IsCancelled(); },
+             [reactor](const absl::Status& st) { reactor->Finish(ToGrpcStatus(st)); }});
   return reactor;
 }
 
@@ -350,13 +363,14 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
   if (request.tensors_size() > context_.max_tensors_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", request.tensors_size(),
-                                                     " in one request exceed limits.max_tensors_per_request (",
-                                                     context_.max_tensors_per_request, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensors: ", request.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
+        context_.max_tensors_per_request, ")"));
   }
   ASSIGN_OR_RETURN(RestoreWants wants, RestoreWantsFromProto(request));
   if (wants.any_on_device) RETURN_IF_ERROR(device_->Available());
-  const std::optional<int64_t> step = request.latest() ? std::nullopt : std::optional<int64_t>(request.step());
+  const std::optional<int64_t> step =
+      request.latest() ? std::nullopt : std::optional<int64_t>(request.step());
   ASSIGN_OR_RETURN(std::vector<int64_t> candidates,
                    store_->RestoreCandidates(request.run(), step, request.latest() && request.fallback()));
   // With fallback, a step whose requested bytes fail verification while they are read
@@ -367,16 +381,18 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
     if (s.ok() || candidates.size() == 1 || !absl::IsDataLoss(s)) return s;
     absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", candidates[i], ": ", s.message());
   }
-  return absl::DataLossError(absl::StrCat("run '", request.run(), "': no committed step verifies (", note, ")"));
+  return absl::DataLossError(
+      absl::StrCat("run '", request.run(), "': no committed step verifies (", note, ")"));
 }
 
 absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                                        const Placement& placement, int64_t step, std::string note,
                                        const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
-  ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
-                   BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
-                                      context_.max_index_bytes));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BundleReader> reader,
+      BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                         context_.max_index_bytes));
   // Retention leaves a step alone while it is restored.
   registry_->BeginRestore({request.run(), step});
   struct EndRestore {
@@ -403,8 +419,9 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
     const v1::SharedMemory& shm = request.shared_memory();
     if (shm.size() < plan.shared_memory_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(), " bytes, but the reply needs ",
-                                                     plan.shared_memory_bytes, " (see describe_only)"));
+      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
+                                                     " bytes, but the reply needs ", plan.shared_memory_bytes,
+                                                     " (see describe_only)"));
     }
     ASSIGN_OR_RETURN(mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes,
                                                  SharedSegment::Access::kWrite));
@@ -438,8 +455,8 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   return SendChunks(buffers, writer);
 }
 
-v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
-                                                 const std::string& note) {
+v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants,
+                                                 int64_t step, const std::string& note) {
   v1::RestoreHeader header;
   header.set_step(step);
   header.set_note(note);
@@ -460,7 +477,8 @@ v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const 
   return header;
 }
 
-absl::Status CkptdService::SendChunks(std::vector<std::string>& buffers, grpc::ServerWriter<v1::RestoreResponse>* writer) {
+absl::Status CkptdService::SendChunks(std::vector<std::string>& buffers,
+                                      grpc::ServerWriter<v1::RestoreResponse>* writer) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     for (size_t off = 0; off < buffers[i].size(); off += wire::kRestoreChunkBytes) {
       v1::RestoreResponse message;
@@ -475,7 +493,8 @@ absl::Status CkptdService::SendChunks(std::vector<std::string>& buffers, grpc::S
   return absl::OkStatus();
 }
 
-grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* request,
+grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx,
+                                           const v1::ListCheckpointsRequest* request,
                                            v1::ListCheckpointsResponse* response) {
   if (absl::Status s = peers_->Check(ctx->peer()); !s.ok()) return ToGrpcStatus(s);
   std::vector<std::string> runs;
@@ -513,9 +532,11 @@ grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
   *response = LocalStatus();
   auto [reports, when] = registry_->RankReports();
   for (const std::string& report : reports) {
-    if (!response->add_ranks()->ParseFromString(report)) return ToGrpcStatus(absl::InternalError("bad rank report"));
+    if (!response->add_ranks()->ParseFromString(report))
+      return ToGrpcStatus(absl::InternalError("bad rank report"));
   }
-  if (!reports.empty()) response->set_ranks_as_of_unix_seconds(absl::ToDoubleSeconds(when - absl::UnixEpoch()));
+  if (!reports.empty())
+    response->set_ranks_as_of_unix_seconds(absl::ToDoubleSeconds(when - absl::UnixEpoch()));
   return grpc::Status::OK;
 }
 

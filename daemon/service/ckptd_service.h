@@ -5,14 +5,13 @@
 #ifndef CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_
 #define CKPTD_DAEMON_SERVICE_CKPTD_SERVICE_H_
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
 
-#include <grpcpp/support/server_interceptor.h>
-
 #include "ckptd/v1/ckptd.grpc.pb.h"
-#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
@@ -20,6 +19,7 @@
 #include "daemon/staging/device_stager.h"
 #include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
+#include "daemon/store/checkpoint_store.h"
 
 namespace ckptd {
 
@@ -83,7 +83,8 @@ class CkptdService final
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);
   // Receives the data chunks after a validated header into staged buffers.
-  absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
+  absl::StatusOr<TrainerPayload> ReceiveData(grpc::ServerContext* ctx,
+                                             grpc::ServerReader<v1::SaveRequest>* reader,
                                              const v1::SaveHeader& header, const Placement& placement,
                                              const std::vector<CheckedTensor>& tensors,
                                              const std::shared_ptr<SharedSegment>& mapped);
@@ -91,12 +92,14 @@ class CkptdService final
                          grpc::ServerWriter<v1::RestoreResponse>* writer);
   // One candidate step: plan, read (verifying), then send. DATA_LOSS before anything
   // was sent, so that fallback can try an older step. `note` says what was skipped.
-  absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants, const Placement& placement,
-                           int64_t step, std::string note, const std::string& peer, absl::Time deadline,
+  absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
+                           const Placement& placement, int64_t step, std::string note,
+                           const std::string& peer, absl::Time deadline,
                            grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
-  static absl::Status SendChunks(std::vector<std::string>& buffers, grpc::ServerWriter<v1::RestoreResponse>* writer);
+  static absl::Status SendChunks(std::vector<std::string>& buffers,
+                                 grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;
   StepRegistry* registry_;

@@ -27,7 +27,8 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
   uint32_t gid = 0;
   if (absl::SimpleAtoi(group, &gid)) return static_cast<gid_t>(gid);
   struct group* entry = ::getgrnam(group.c_str());
-  if (entry == nullptr) return absl::InvalidArgumentError(absl::StrCat("security.socket_group: no group '", group, "'"));
+  if (entry == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("security.socket_group: no group '", group, "'"));
   return entry->gr_gid;
 }
 

@@ -13,8 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
 #include "daemon/io/file_system.h"
@@ -23,19 +23,21 @@
 namespace ckptd {
 
 void PeerTable::Record(int fd, pid_t pid, uid_t uid, gid_t gid, bool allowed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   by_fd_[fd] = Peer{pid, uid, gid, allowed};
 }
 
 absl::Status PeerTable::Check(const std::string& grpc_peer) const {
   int fd = -1;
-  if (!absl::StartsWith(grpc_peer, "fd:") || !absl::SimpleAtoi(grpc_peer.substr(3), &fd)) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  if (!absl::StartsWith(grpc_peer, "fd:") || !absl::SimpleAtoi(grpc_peer.substr(3), &fd))
+    return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
   auto it = by_fd_.find(fd);
   if (it == by_fd_.end()) return absl::PermissionDeniedError("unknown local peer");
   if (!it->second.allowed) {
-    return absl::PermissionDeniedError(absl::StrCat("uid ", it->second.uid, " gid ", it->second.gid,
-                                                    " may not use this ckptd (see security.allowed_uids / allowed_gids)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("uid ", it->second.uid, " gid ", it->second.gid,
+                     " may not use this ckptd (see security.allowed_uids / allowed_gids)"));
   }
   return absl::OkStatus();
 }
@@ -43,7 +45,7 @@ absl::Status PeerTable::Check(const std::string& grpc_peer) const {
 absl::StatusOr<pid_t> PeerTable::LocalPid(const std::string& grpc_peer) const {
   int fd = -1;
   if (absl::StartsWith(grpc_peer, "fd:") && absl::SimpleAtoi(grpc_peer.substr(3), &fd)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = by_fd_.find(fd);
     if (it != by_fd_.end() && it->second.allowed) return it->second.pid;
   }
@@ -57,10 +59,12 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(const std::
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoToStatus(errno, absl::StrCat("unlink ", path));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return ErrnoToStatus(errno, absl::StrCat("unlink ", path));
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket");
   // The socket file is created under the process umask; tighten it before listen.
@@ -68,7 +72,8 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(const std::
   const int rc = ::bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr));
   const int bind_errno = errno;
   ::umask(old_umask);
-  if (rc != 0 || (grouped && ::chown(path.c_str(), static_cast<uid_t>(-1), group) != 0) || ::listen(fd, 512) != 0) {
+  if (rc != 0 || (grouped && ::chown(path.c_str(), static_cast<uid_t>(-1), group) != 0) ||
+      ::listen(fd, 512) != 0) {
     const int err = rc != 0 ? bind_errno : errno;
     ::close(fd);
     return ErrnoToStatus(err, absl::StrCat("listen on ", path));
@@ -83,7 +88,8 @@ LocalListener::~LocalListener() {
 }
 
 void LocalListener::Serve(grpc::Server* server, PeerTable* peers, PeerPolicy policy) {
-  thread_ = std::thread([this, server, peers, policy = std::move(policy)] { AcceptLoop(server, peers, policy); });
+  thread_ =
+      std::thread([this, server, peers, policy = std::move(policy)] { AcceptLoop(server, peers, policy); });
 }
 
 void LocalListener::Stop() {
@@ -106,8 +112,8 @@ void LocalListener::AcceptLoop(grpc::Server* server, PeerTable* peers, PeerPolic
     }
     const bool allowed = policy.allowed_uids.count(cred.uid) > 0 || policy.allowed_gids.count(cred.gid) > 0;
     if (!allowed) {
-      spdlog::warn("connection from pid {} uid {} gid {}: not allowed; its calls get PERMISSION_DENIED", cred.pid,
-                   cred.uid, cred.gid);
+      spdlog::warn("connection from pid {} uid {} gid {}: not allowed; its calls get PERMISSION_DENIED",
+                   cred.pid, cred.uid, cred.gid);
     }
     // Recorded before gRPC sees the fd, so no call can race ahead of its check.
     peers->Record(conn, cred.pid, cred.uid, cred.gid, allowed);

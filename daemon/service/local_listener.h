@@ -16,7 +16,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace grpc {
 class Server;
@@ -47,8 +49,8 @@ class PeerTable {
     gid_t gid;
     bool allowed;
   };
-  mutable std::mutex mu_;
-  std::map<int, Peer> by_fd_;
+  mutable absl::Mutex mu_;
+  std::map<int, Peer> by_fd_ ABSL_GUARDED_BY(mu_);
 };
 
 class LocalListener {

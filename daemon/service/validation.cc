@@ -11,19 +11,22 @@ namespace ckptd {
 absl::Status ValidateRunName(const std::string& run) {
   // [A-Za-z0-9][A-Za-z0-9._-]{0,127}: a run name becomes one directory name, so no
   // '/', no leading '.' or '-', nothing that could be "." or "..".
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
   if (run.empty()) return absl::InvalidArgumentError("run: must not be empty");
   if (run.size() > kMaxRunNameLength) {
     return absl::InvalidArgumentError(absl::StrCat("run: longer than ", kMaxRunNameLength, " characters"));
   }
   if (!alnum(run[0])) {
-    return absl::InvalidArgumentError("run: must start with a letter or digit ([A-Za-z0-9][A-Za-z0-9._-]{0,127})");
+    return absl::InvalidArgumentError(
+        "run: must start with a letter or digit ([A-Za-z0-9][A-Za-z0-9._-]{0,127})");
   }
   for (char c : run) {
     if (!alnum(c) && c != '.' && c != '_' && c != '-') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "run: character 0x", absl::Hex(static_cast<unsigned char>(c)),
-          " is not allowed ([A-Za-z0-9][A-Za-z0-9._-]{0,127}; no '/' or NUL)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("run: character 0x", absl::Hex(static_cast<unsigned char>(c)),
+                       " is not allowed ([A-Za-z0-9][A-Za-z0-9._-]{0,127}; no '/' or NUL)"));
     }
   }
   return absl::OkStatus();
@@ -35,7 +38,6 @@ Box BoxFromProto(const v1::Box& proto, const Shape& shape, bool has_box) {
   return Box{{proto.start().begin(), proto.start().end()}, {proto.length().begin(), proto.length().end()}};
 }
 
-
 absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
                                             const google::protobuf::RepeatedField<int64_t>& device_ids) {
   Placement placement;
@@ -45,12 +47,15 @@ absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
   }
   auto parsed = ParseMesh(mesh);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("mesh: ", parsed.status().message()));
-  if (device_ids.empty()) return absl::InvalidArgumentError("device_ids: a mesh needs this trainer's device ids");
+  if (device_ids.empty())
+    return absl::InvalidArgumentError("device_ids: a mesh needs this trainer's device ids");
   std::set<int64_t> seen;
   for (int64_t id : device_ids) {
-    if (!seen.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("device_ids: ", id, " appears twice"));
+    if (!seen.insert(id).second)
+      return absl::InvalidArgumentError(absl::StrCat("device_ids: ", id, " appears twice"));
     if (!parsed->Coordinates(id).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("device_ids: ", id, " is not a device of mesh ", parsed->Identity()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device_ids: ", id, " is not a device of mesh ", parsed->Identity()));
     }
   }
   placement.mesh = std::move(*parsed);
@@ -58,22 +63,23 @@ absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
   return placement;
 }
 
-
 absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,
                                 std::vector<CheckedTensor>* out) {
   if (absl::Status s = ValidateRunName(header.run()); !s.ok()) return s;
-  if (header.step() < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", header.step(), " is negative"));
+  if (header.step() < 0)
+    return absl::InvalidArgumentError(absl::StrCat("step: ", header.step(), " is negative"));
   if (header.trainer_count() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_count: ", header.trainer_count(), " must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer_count: ", header.trainer_count(), " must be at least 1"));
   }
   if (header.trainer_id() < 0 || header.trainer_id() >= header.trainer_count()) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id: ", header.trainer_id(), " is outside [0, ",
-                                                   header.trainer_count(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer_id: ", header.trainer_id(), " is outside [0, ", header.trainer_count(), ")"));
   }
   for (const auto& [key, value] : header.trainer_state()) {
     if (key.empty() || key.size() > kMaxStateKeyLength || key.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("trainer_state: key must be 1-", kMaxStateKeyLength,
-                                                     " bytes without NUL"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer_state: key must be 1-", kMaxStateKeyLength, " bytes without NUL"));
     }
   }
   std::set<std::string> names;
@@ -81,25 +87,29 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
     const v1::TensorDescriptor& t = header.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");
     if (t.name().empty() || t.name().size() > kMaxTensorNameLength) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
     }
     for (char c : t.name()) {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
       }
     }
     if (t.name().rfind("_ckptd/", 0) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: the prefix '_ckptd/' is reserved"));
     }
     if (!names.insert(t.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
     }
     if (!IsSupportedSaveType(t.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", DataTypeName(t.dtype()), " (",
                                                      t.dtype(), ") is not a supported type"));
     }
     if (t.shape_size() > kMaxRank) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".shape: rank ", t.shape_size(), " exceeds ", kMaxRank));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape: rank ", t.shape_size(), " exceeds ", kMaxRank));
     }
     CheckedTensor c;
     c.name = t.name();
@@ -110,12 +120,14 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
       return absl::InvalidArgumentError(absl::StrCat(field, ".shape ('", t.name(), "'): ", s.message()));
     }
     if (t.has_layout()) {
-      if (t.has_box()) return absl::InvalidArgumentError(absl::StrCat(field, ": give a box or a layout, not both"));
+      if (t.has_box())
+        return absl::InvalidArgumentError(absl::StrCat(field, ": give a box or a layout, not both"));
       c.has_layout = true;
       c.sharding_specs.assign(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
       auto boxes = DeviceBoxes(c.sharding_specs, c.shape, placement);
       if (!boxes.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".layout ('", t.name(), "'): ", boxes.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".layout ('", t.name(), "'): ", boxes.status().message()));
       }
       c.boxes = std::move(*boxes);
     } else {
@@ -127,8 +139,8 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
     }
     if (t.has_device_memory()) {
       if (c.has_layout) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
-                                                       "send one tensor per device box"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": device_memory with a layout is not supported; ", "send one tensor per device box"));
       }
       ASSIGN_OR_RETURN(c.device_memory, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
     }
@@ -147,11 +159,13 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
 absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory, const std::string& field) {
   if (memory.ipc_handle().size() != DeviceMemoryRef::kHandleBytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".ipc_handle: ", memory.ipc_handle().size(),
-                                                   " bytes; a CUDA IPC handle has ", DeviceMemoryRef::kHandleBytes));
+                                                   " bytes; a CUDA IPC handle has ",
+                                                   DeviceMemoryRef::kHandleBytes));
   }
   if (memory.device_uuid().size() != DeviceMemoryRef::kUuidBytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".device_uuid: ", memory.device_uuid().size(),
-                                                   " bytes; a CUDA device UUID has ", DeviceMemoryRef::kUuidBytes));
+                                                   " bytes; a CUDA device UUID has ",
+                                                   DeviceMemoryRef::kUuidBytes));
   }
   if (memory.offset() < 0) return absl::InvalidArgumentError(absl::StrCat(field, ".offset: negative"));
   return DeviceMemoryRef{memory.ipc_handle(), memory.offset(), memory.device_uuid()};
@@ -164,7 +178,8 @@ absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& req
     const std::string field = absl::StrCat("tensors[", i, "]");
     TensorWant want{.name = t.name(), .dtype = t.dtype(), .shape = Shape(t.shape().begin(), t.shape().end())};
     if (t.has_layout()) {
-      want.layout = std::vector<std::string>(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
+      want.layout =
+          std::vector<std::string>(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
     } else if (t.has_box()) {
       want.box = BoxFromProto(t.box(), {}, true);
       if (want.box->rank() == 0) want.box.reset();  // set but empty: the whole tensor
@@ -172,8 +187,8 @@ absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& req
     std::optional<DeviceMemoryRef> device;
     if (t.has_device_memory()) {
       if (t.has_layout()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": device_memory with a layout is not supported; ",
-                                                       "ask for one tensor per device box"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": device_memory with a layout is not supported; ", "ask for one tensor per device box"));
       }
       ASSIGN_OR_RETURN(device, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
       want.to_device = true;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/base/status.h"
 #include "daemon/staging/device_stager.h"
@@ -52,7 +53,7 @@ class PinnedRanges {
   }
 
   absl::Status Ensure(char* p, int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pinned_.find(p);
     if (it != pinned_.end() && it->second >= bytes) return absl::OkStatus();
     if (it != pinned_.end()) {  // cannot happen for pooled buffers; be safe anyway
@@ -71,7 +72,7 @@ class PinnedRanges {
 
   void Forget(char* p) {
     if (!any_.load(std::memory_order_acquire)) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pinned_.find(p);
     if (it == pinned_.end()) return;
     cudaHostUnregister(p);
@@ -79,8 +80,8 @@ class PinnedRanges {
   }
 
  private:
-  std::mutex mu_;
-  std::map<char*, int64_t> pinned_;
+  absl::Mutex mu_;
+  std::map<char*, int64_t> pinned_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> any_{false};
 };
 
@@ -164,7 +165,7 @@ class CudaDeviceStager : public DeviceStager {
   }
 
   Totals CopyTotals() const override {
-    std::lock_guard<std::mutex> lock(totals_mu_);
+    absl::MutexLock lock(&totals_mu_);
     return totals_;
   }
 
@@ -204,7 +205,7 @@ class CudaDeviceStager : public DeviceStager {
     if (e == cudaSuccess) e = cudaStreamSynchronize(stream->get());
     if (e == cudaSuccess) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-      std::lock_guard<std::mutex> lock(totals_mu_);
+      absl::MutexLock lock(&totals_mu_);
       if (kind == cudaMemcpyDeviceToHost) {
         totals_.to_host_bytes += host.size();
         totals_.to_host_seconds += seconds;
@@ -220,8 +221,8 @@ class CudaDeviceStager : public DeviceStager {
   absl::Status available_ = absl::OkStatus();
   std::vector<std::string> uuids_;  // by device ordinal
   std::string description_;
-  mutable std::mutex totals_mu_;
-  Totals totals_;
+  mutable absl::Mutex totals_mu_;
+  Totals totals_ ABSL_GUARDED_BY(totals_mu_);
 };
 
 }  // namespace

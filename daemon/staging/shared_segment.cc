@@ -12,8 +12,8 @@
 
 namespace ckptd {
 
-absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, int fd, int64_t offset, int64_t size,
-                                                                   Access access) {
+absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, int fd, int64_t offset,
+                                                                   int64_t size, Access access) {
   if (fd < 0 || offset < 0 || size < 0 || size > INT64_MAX - offset) {
     return absl::InvalidArgumentError("shared_memory: fd, offset and size must be non-negative");
   }
@@ -33,12 +33,13 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
   }
   if ((seals & F_SEAL_SHRINK) == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("shared_memory: fd ", fd, " must be sealed with F_SEAL_SHRINK (a segment that can shrink "
+        absl::StrCat("shared_memory: fd ", fd,
+                     " must be sealed with F_SEAL_SHRINK (a segment that can shrink "
                      "under the daemon's mapping is refused)"));
   }
   if (st.st_size < offset + size) {
-    return absl::InvalidArgumentError(absl::StrCat("shared_memory: segment holds ", st.st_size, " bytes, fewer than ",
-                                                   "offset + size = ", offset + size));
+    return absl::InvalidArgumentError(absl::StrCat("shared_memory: segment holds ", st.st_size,
+                                                   " bytes, fewer than ", "offset + size = ", offset + size));
   }
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   const int64_t map_offset = offset / page * page;

@@ -29,7 +29,7 @@ class SharedSegment {
   // fd is not a memfd sealed against shrinking or is smaller than offset + size;
   // PERMISSION_DENIED or NOT_FOUND (errno's) when it cannot be opened.
   static absl::StatusOr<std::shared_ptr<SharedSegment>> Open(pid_t pid, int fd, int64_t offset, int64_t size,
-                                                            Access access);
+                                                             Access access);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;

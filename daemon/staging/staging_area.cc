@@ -55,14 +55,14 @@ absl::Status StagingArea::Reserve(int64_t size, absl::Time deadline) {
     return absl::ResourceExhaustedError(
         absl::StrCat(size, " bytes can never fit in staging.memory_limit (", limit_, " bytes)"));
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  while (bytes_staged_ + size > limit_) {
-    if (absl::Now() >= deadline ||
-        freed_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
-      if (bytes_staged_ + size <= limit_) break;
-      return absl::ResourceExhaustedError(absl::StrCat("staging memory is full (", bytes_staged_, " of ", limit_,
-                                                       " bytes staged); ", size, " more did not fit in time"));
-    }
+  absl::MutexLock lock(&mu_);
+  // absl::Mutex re-checks the condition whenever the lock is released (Release frees
+  // staging memory under it), so no explicit notification is needed.
+  auto fits = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return bytes_staged_ + size <= limit_; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&fits), deadline)) {
+    return absl::ResourceExhaustedError(absl::StrCat("staging memory is full (", bytes_staged_, " of ",
+                                                     limit_, " bytes staged); ", size,
+                                                     " more did not fit in time"));
   }
   bytes_staged_ += size;
   peak_ = std::max(peak_, bytes_staged_);
@@ -76,7 +76,7 @@ absl::StatusOr<StagedBuffer> StagingArea::Allocate(int64_t size, absl::Time dead
   buffer.size_ = size;
   const int64_t wanted = RoundUp(std::max<int64_t>(size, 1));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Reuse a pooled buffer that fits without wasting more than a quarter of it.
     auto it = pool_.lower_bound(wanted);
     if (it != pool_.end() && it->first - wanted <= it->first / 4) {
@@ -122,23 +122,23 @@ absl::StatusOr<StagedBuffer> StagingArea::Borrow(char* data, int64_t size, std::
 }
 
 int64_t StagingArea::bytes_staged() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_staged_;
 }
 
 int64_t StagingArea::peak_bytes_staged() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return peak_;
 }
 
 int64_t StagingArea::pooled_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return pooled_bytes_;
 }
 
 void StagingArea::Release(int64_t size, AlignedBytes pooled, int64_t capacity) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     bytes_staged_ -= size;
     const int64_t cap = limit_ == INT64_MAX ? kMaxPoolWithoutLimit : limit_;
     if (pooled != nullptr && bytes_staged_ + pooled_bytes_ + capacity <= cap) {
@@ -146,7 +146,6 @@ void StagingArea::Release(int64_t size, AlignedBytes pooled, int64_t capacity) {
       pool_.emplace(capacity, std::move(pooled));
     }
   }
-  freed_.notify_all();
 }
 
 }  // namespace ckptd

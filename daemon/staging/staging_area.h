@@ -14,7 +14,6 @@
 #ifndef CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 #define CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -22,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/layout/box.h"
 
@@ -104,16 +105,15 @@ class StagingArea {
 
  private:
   friend class StagedBuffer;
-  absl::Status Reserve(int64_t size, absl::Time deadline);
-  void Release(int64_t size, AlignedBytes pooled, int64_t capacity);
+  absl::Status Reserve(int64_t size, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(int64_t size, AlignedBytes pooled, int64_t capacity) ABSL_LOCKS_EXCLUDED(mu_);
 
   const int64_t limit_;
-  mutable std::mutex mu_;
-  std::condition_variable freed_;
-  int64_t bytes_staged_ = 0;
-  int64_t peak_ = 0;
-  std::multimap<int64_t, AlignedBytes> pool_;  // by capacity
-  int64_t pooled_bytes_ = 0;
+  mutable absl::Mutex mu_;
+  int64_t bytes_staged_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+  std::multimap<int64_t, AlignedBytes> pool_ ABSL_GUARDED_BY(mu_);  // by capacity
+  int64_t pooled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptd

@@ -123,7 +123,8 @@ absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(const std::
   if (steps.empty() || keep_last <= 0) return removed;
   std::set<int64_t> keep(protect.begin(), protect.end());
   keep.insert(steps.back());
-  for (size_t i = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - keep_last : 0; i < steps.size(); ++i) {
+  for (size_t i = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - keep_last : 0;
+       i < steps.size(); ++i) {
     keep.insert(steps[i]);
   }
   for (int64_t step : steps) {

@@ -60,8 +60,8 @@ class CheckpointStore {
   // removes the others (state file first, then directories). Returns the steps
   // removed, or that would be with dry_run.
   absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& run, int keep_last,
-                                                      int keep_every_n_steps, const std::set<int64_t>& protect,
-                                                      bool dry_run) const;
+                                                      int keep_every_n_steps,
+                                                      const std::set<int64_t>& protect, bool dry_run) const;
 
  private:
   // Whether step_dir holds an index; errors other than NOT_FOUND are returned.

@@ -66,7 +66,8 @@ json Raw(const std::string& dir, int64_t bytes, int files) {
         int fd = ::open(path.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
         if (fd < 0) fd = ::open(path.c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0644);
         for (int64_t off = 0; off < per_file; off += kBlock) {
-          const ssize_t n = write ? ::pwrite(fd, buffers[f], kBlock, off) : ::pread(fd, buffers[f], kBlock, off);
+          const ssize_t n =
+              write ? ::pwrite(fd, buffers[f], kBlock, off) : ::pread(fd, buffers[f], kBlock, off);
           if (n != static_cast<ssize_t>(kBlock)) std::abort();
         }
         if (write) ::fdatasync(fd);
@@ -89,8 +90,10 @@ json Raw(const std::string& dir, int64_t bytes, int files) {
   const double memcpy_seconds = Seconds(start);
   std::free(src);
   std::free(dst);
-  return {{"raw_write_gbps", write_gbps}, {"raw_read_gbps", read_gbps},
-          {"memcpy_gbps", static_cast<double>(bytes) / memcpy_seconds / 1e9}, {"memcpy_s", memcpy_seconds}};
+  return {{"raw_write_gbps", write_gbps},
+          {"raw_read_gbps", read_gbps},
+          {"memcpy_gbps", static_cast<double>(bytes) / memcpy_seconds / 1e9},
+          {"memcpy_s", memcpy_seconds}};
 }
 
 // --- the ckptd path -------------------------------------------------------------------
@@ -127,8 +130,12 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
     std::vector<ckptd::TensorShard> out;
     for (int i = 0; i < kTensors; ++i) {
       std::memset(m.slabs[i], static_cast<int>(step + i), 64);  // contents change per step
-      out.push_back({absl::StrCat("layer", i, "/kernel"), ckptd::kDtFloat, {m.rows, m.cols},
-                     {m.rows / trainers * rank, 0}, {m.rows / trainers, m.cols}, m.slabs[i],
+      out.push_back({absl::StrCat("layer", i, "/kernel"),
+                     ckptd::kDtFloat,
+                     {m.rows, m.cols},
+                     {m.rows / trainers * rank, 0},
+                     {m.rows / trainers, m.cols},
+                     m.slabs[i],
                      static_cast<size_t>(m.slab_bytes)});
     }
     return out;
@@ -157,7 +164,12 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
   auto restore = [&](int64_t step, int64_t first_row, int64_t rows) {
     std::vector<ckptd::RestoreTarget> t;
     for (int i = 0; i < kTensors; ++i) {
-      t.push_back({absl::StrCat("layer", i, "/kernel"), 0, {}, {first_row, 0}, {rows, m.cols}, targets[i],
+      t.push_back({absl::StrCat("layer", i, "/kernel"),
+                   0,
+                   {},
+                   {first_row, 0},
+                   {rows, m.cols},
+                   targets[i],
                    static_cast<size_t>(rows * m.cols * 4)});
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -202,7 +214,8 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
 }
 
 json Metadata(const std::string& socket_template, const std::vector<int64_t>& counts) {
-  auto client = ckptd::Client::Connect(absl::StrReplaceAll(socket_template, {{"{rank}", "0"}}), absl::Seconds(60));
+  auto client =
+      ckptd::Client::Connect(absl::StrReplaceAll(socket_template, {{"{rank}", "0"}}), absl::Seconds(60));
   if (!client.ok()) Fail(std::string(client.status().message()));
   json out = json::array();
   std::vector<char> data(1024, 7);
@@ -228,7 +241,10 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
     auto restored = (*client)->Restore("meta", step, targets);
     if (!restored.ok()) Fail(std::string(restored.status().message()));
     const double restore_s = Seconds(start);
-    out.push_back({{"tensors", n}, {"save_s", save_s}, {"commit_s", commit_s}, {"restore_s", restore_s},
+    out.push_back({{"tensors", n},
+                   {"save_s", save_s},
+                   {"commit_s", commit_s},
+                   {"restore_s", restore_s},
                    {"total_s", save_s + commit_s + restore_s}});
   }
   return out;
@@ -242,7 +258,9 @@ int main(int argc, char** argv) {
   std::string mode, dir, socket, counts_text = "1000,10000,100000";
   int64_t bytes = int64_t{2} << 30;
   int files = 2, daemons = 2;
-  app.add_option("MODE", mode, "raw, save or metadata")->required()->check(CLI::IsMember({"raw", "save", "metadata"}));
+  app.add_option("MODE", mode, "raw, save or metadata")
+      ->required()
+      ->check(CLI::IsMember({"raw", "save", "metadata"}));
   app.add_option("--dir", dir, "raw: directory for the baseline files");
   app.add_option("--bytes", bytes, "bytes in all");
   app.add_option("--files", files, "raw: concurrent files");

@@ -8,10 +8,9 @@
 // orphans) may leave the step committed, but then it must be complete. Prints one
 // summary line.
 #include <gtest/gtest.h>
-
-#include <cerrno>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +43,8 @@ std::string Describe(Base base, int rank, const FaultSpec& spec) {
 
 // Operations whose failure must fail the step with the injected error's code.
 bool MustFailTheStep(FsOp op) {
-  return op == FsOp::kOpen || op == FsOp::kWrite || op == FsOp::kSync || op == FsOp::kRename || op == FsOp::kMkdir;
+  return op == FsOp::kOpen || op == FsOp::kWrite || op == FsOp::kSync || op == FsOp::kRename ||
+         op == FsOp::kMkdir;
 }
 
 // The file system a rank's daemon sees: the POSIX one, or one confined to `root`.
@@ -77,13 +77,17 @@ std::string RunScenario(Base base_kind, int faulty_rank, const FaultSpec& spec, 
   }
   if (!faulty.fired()) return "the fault never fired";
   for (const absl::Status& s : outcomes) {
-    if (s != outcomes[0]) return absl::StrCat("trainers heard different outcomes: ", outcomes[0].ToString(), " vs ", s.ToString());
+    if (s != outcomes[0])
+      return absl::StrCat("trainers heard different outcomes: ", outcomes[0].ToString(), " vs ",
+                          s.ToString());
   }
-  if (!faulty.RetriedSyncs().empty()) return absl::StrCat("fsync retried after failing on ", faulty.RetriedSyncs()[0]);
+  if (!faulty.RetriedSyncs().empty())
+    return absl::StrCat("fsync retried after failing on ", faulty.RetriedSyncs()[0]);
   const bool must_fail = !spec.crash && MustFailTheStep(spec.op);
   if (must_fail) {
     if (outcomes[0].ok()) return "an injected error went unnoticed";
-    if (outcomes[0].code() != CodeFor(spec.error)) return absl::StrCat("unexpected status ", outcomes[0].ToString());
+    if (outcomes[0].code() != CodeFor(spec.error))
+      return absl::StrCat("unexpected status ", outcomes[0].ToString());
   } else if (spec.crash) {
     faulty.SimulateCrash();
   }
@@ -98,7 +102,8 @@ std::string RunScenario(Base base_kind, int faulty_rank, const FaultSpec& spec, 
   if (!spec.crash && outcomes[0].ok() && !step2_visible) return "a step reported committed is not visible";
   if (!spec.crash && !outcomes[0].ok()) {
     CheckpointStore store(PosixFileSystem(), root.path());
-    if (PosixFileSystem()->Exists(store.TempDir(kRun, 2))) return "the failed step's temp directory was left behind";
+    if (PosixFileSystem()->Exists(store.TempDir(kRun, 2)))
+      return "the failed step's temp directory was left behind";
   }
 
   // Restart: a fresh job cleans up what the fault left and saves the next step.
@@ -112,7 +117,8 @@ std::string RunScenario(Base base_kind, int faulty_rank, const FaultSpec& spec, 
   if (!broken.empty()) return absl::StrCat("after restart: ", broken);
   auto names = PosixFileSystem()->ListDir(CheckpointStore(PosixFileSystem(), root.path()).RunDir(kRun));
   for (const std::string& name : names.value_or(std::vector<std::string>())) {
-    if (name[0] == '.' || name == "checkpoint.tmp") return absl::StrCat("after restart: orphan ", name, " remains");
+    if (name[0] == '.' || name == "checkpoint.tmp")
+      return absl::StrCat("after restart: orphan ", name, " remains");
   }
   return "";
 }
@@ -150,7 +156,8 @@ TEST(CommitFaultSuite, EveryFaultLeavesTheLastCheckpointIntact) {
           for (int err : {ENOSPC, EIO}) faults.push_back({op, n, err, false, false});
         }
       }
-      for (int n = 1; n <= counts[FsOp::kWrite]; ++n) faults.push_back({FsOp::kWrite, n, ENOSPC, true, false});
+      for (int n = 1; n <= counts[FsOp::kWrite]; ++n)
+        faults.push_back({FsOp::kWrite, n, ENOSPC, true, false});
       for (int n = 1; n <= counts[FsOp::kAny]; ++n) faults.push_back({FsOp::kAny, n, EIO, false, true});
 
       for (const FaultSpec& spec : faults) {
@@ -166,7 +173,8 @@ TEST(CommitFaultSuite, EveryFaultLeavesTheLastCheckpointIntact) {
       }
     }
   }
-  std::printf("fault suite: %d faults injected, %d survived, %d checkpoints lost\n", injected, survived, lost);
+  std::printf("fault suite: %d faults injected, %d survived, %d checkpoints lost\n", injected, survived,
+              lost);
   EXPECT_EQ(survived, injected);
   EXPECT_EQ(lost, 0);
   EXPECT_GE(injected, 100);
@@ -223,7 +231,8 @@ TEST(CommitVisibilityTest, StepARankCannotSeeAfterPublishFailsEverywhereAndIsWit
     InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()});
     for (const absl::Status& s : job.Save(kRun, 1)) ASSERT_TRUE(s.ok()) << s;
   }
-  BlindToStepFileSystem blind(PosixFileSystem(), CheckpointStore(PosixFileSystem(), root.path()).StepDir(kRun, 2));
+  BlindToStepFileSystem blind(PosixFileSystem(),
+                              CheckpointStore(PosixFileSystem(), root.path()).StepDir(kRun, 2));
   std::vector<absl::Status> outcomes;
   {
     InProcessJob job(root.path(), {PosixFileSystem(), &blind});

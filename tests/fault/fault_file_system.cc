@@ -11,16 +11,26 @@ namespace ckptd::testing {
 
 const char* FsOpName(FsOp op) {
   switch (op) {
-    case FsOp::kOpen: return "open";
-    case FsOp::kWrite: return "write";
-    case FsOp::kSync: return "fsync";
-    case FsOp::kRename: return "rename";
-    case FsOp::kMkdir: return "mkdir";
-    case FsOp::kDelete: return "delete";
-    case FsOp::kList: return "list";
-    case FsOp::kStat: return "stat";
-    case FsOp::kRead: return "read";
-    case FsOp::kAny: return "any";
+    case FsOp::kOpen:
+      return "open";
+    case FsOp::kWrite:
+      return "write";
+    case FsOp::kSync:
+      return "fsync";
+    case FsOp::kRename:
+      return "rename";
+    case FsOp::kMkdir:
+      return "mkdir";
+    case FsOp::kDelete:
+      return "delete";
+    case FsOp::kList:
+      return "list";
+    case FsOp::kStat:
+      return "stat";
+    case FsOp::kRead:
+      return "read";
+    case FsOp::kAny:
+      return "any";
   }
   return "?";
 }
@@ -108,8 +118,8 @@ absl::Status FaultFileSystem::Check(FsOp op, const std::string& path, bool* torn
   if (crashed_) return ErrnoToStatus(EIO, absl::StrCat("(crashed) ", FsOpName(op), " ", path));
   const int n = ++counts_[op];
   const int any = ++counts_[FsOp::kAny];
-  const bool hit = spec_.nth > 0 && !fired_ && ((spec_.op == op && n == spec_.nth) ||
-                                                 (spec_.op == FsOp::kAny && any == spec_.nth));
+  const bool hit = spec_.nth > 0 && !fired_ &&
+                   ((spec_.op == op && n == spec_.nth) || (spec_.op == FsOp::kAny && any == spec_.nth));
   if (!hit) return absl::OkStatus();
   fired_ = true;
   if (spec_.crash) {
@@ -136,7 +146,8 @@ void FaultFileSystem::FileSynced(const std::string& path, uint64_t size, bool ok
 }
 
 template <typename Open>
-absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::OpenForWrite(const std::string& path, Open open) {
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::OpenForWrite(const std::string& path,
+                                                                            Open open) {
   RETURN_IF_ERROR(Check(FsOp::kOpen, path));
   const bool existed = base_->Exists(path);
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, open());
@@ -154,11 +165,13 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewWritableFile(c
   return OpenForWrite(path, [&] { return base_->NewWritableFile(path); });
 }
 
-absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewDirectWritableFile(const std::string& path) {
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultFileSystem::NewDirectWritableFile(
+    const std::string& path) {
   return OpenForWrite(path, [&] { return base_->NewDirectWritableFile(path); });
 }
 
-absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultFileSystem::NewRandomAccessFile(const std::string& path) {
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultFileSystem::NewRandomAccessFile(
+    const std::string& path) {
   RETURN_IF_ERROR(Check(FsOp::kOpen, path));
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, base_->NewRandomAccessFile(path));
   return std::unique_ptr<RandomAccessFile>(new FaultRandomAccessFile(this, path, std::move(file)));

@@ -27,10 +27,10 @@ const char* FsOpName(FsOp op);
 
 struct FaultSpec {
   FsOp op = FsOp::kAny;
-  int nth = 0;           // 1-based count of `op` operations after Arm; 0 = never
-  int error = 0;         // errno to return
-  bool torn = false;     // a write: half the bytes land, then the error
-  bool crash = false;    // this op and every later one fail with EIO
+  int nth = 0;         // 1-based count of `op` operations after Arm; 0 = never
+  int error = 0;       // errno to return
+  bool torn = false;   // a write: half the bytes land, then the error
+  bool crash = false;  // this op and every later one fail with EIO
 };
 
 class FaultFileSystem : public FileSystemWrapper {
@@ -73,10 +73,10 @@ class FaultFileSystem : public FileSystemWrapper {
   // An undoable directory change, pending until its directory is synced.
   struct DirChange {
     std::string dir;
-    std::string created;                // path of a new file or directory
-    std::string renamed_from;           // with created: the rename's source
-    bool replaced_file = false;         // the rename replaced an existing file...
-    std::string replaced_contents;      // ...whose contents were these
+    std::string created;            // path of a new file or directory
+    std::string renamed_from;       // with created: the rename's source
+    bool replaced_file = false;     // the rename replaced an existing file...
+    std::string replaced_contents;  // ...whose contents were these
   };
 
   FileSystem* base_;

@@ -28,7 +28,8 @@ InProcessJob::InProcessJob(const std::string& root, const std::vector<FileSystem
   for (size_t r = 0; r < fs_per_rank.size(); ++r) {
     auto rank = std::make_unique<Rank>();
     rank->store = std::make_unique<CheckpointStore>(fs_per_rank[r], root);
-    rank->coordinator = std::make_unique<Coordinator>(members_[r].get(), &rank->registry, rank->store.get(), options);
+    rank->coordinator =
+        std::make_unique<Coordinator>(members_[r].get(), &rank->registry, rank->store.get(), options);
     ranks_.push_back(std::move(rank));
   }
   for (auto& rank : ranks_) {
@@ -55,7 +56,8 @@ std::vector<absl::Status> InProcessJob::Save(const std::string& run, int64_t ste
     auto add = [&](const std::string& name, int dtype, Shape shape, Box box, const void* data, size_t size) {
       StagedBuffer buffer = *rank.staging.Allocate(static_cast<int64_t>(size));
       std::memcpy(buffer.data(), data, size);
-      payload.tensors.push_back({name, dtype, std::move(shape), std::move(box), std::move(buffer), false, {}});
+      payload.tensors.push_back(
+          {name, dtype, std::move(shape), std::move(box), std::move(buffer), false, {}});
     };
     add("w", kFloat, {2 * ranks, 8}, Box{{2 * i, 0}, {2, 8}}, w.data() + i * 16, 16 * sizeof(float));
     add("r", kInt64, {16}, Box{{0}, {16}}, r.data(), r.size() * sizeof(int64_t));
@@ -65,7 +67,8 @@ std::vector<absl::Status> InProcessJob::Save(const std::string& run, int64_t ste
       done[i].set_value(staged);
       continue;
     }
-    rank.registry.AddStepWaiter(key, Waiter{nullptr, [&done, i](const absl::Status& s) { done[i].set_value(s); }});
+    rank.registry.AddStepWaiter(key,
+                                Waiter{nullptr, [&done, i](const absl::Status& s) { done[i].set_value(s); }});
   }
   for (int i = 0; i < ranks; ++i) {
     auto future = done[i].get_future();
@@ -87,7 +90,8 @@ std::string CheckVisibleState(const std::string& root, const std::string& run, i
   *visible = *steps;
   for (int64_t step : *steps) {
     auto reader = BundleReader::Open(fs, CheckpointStore::Prefix(store.StepDir(run, step)));
-    if (!reader.ok()) return absl::StrCat("step ", step, " visible but unreadable: ", reader.status().message());
+    if (!reader.ok())
+      return absl::StrCat("step ", step, " visible but unreadable: ", reader.status().message());
     std::vector<std::string> problems;
     int64_t bytes = 0;
     (*reader)->VerifyAll(&problems, &bytes);
@@ -101,7 +105,8 @@ std::string CheckVisibleState(const std::string& root, const std::string& run, i
         !(*reader)->ReadBox(*r, Box::Full(r->shape), reinterpret_cast<char*>(got_r.data())).ok()) {
       return absl::StrCat("step ", step, " unreadable");
     }
-    if (got_w != ExpectedW(ranks, step) || got_r != ExpectedR(step)) return absl::StrCat("step ", step, " has wrong bytes");
+    if (got_w != ExpectedW(ranks, step) || got_r != ExpectedR(step))
+      return absl::StrCat("step ", step, " has wrong bytes");
   }
   const std::string state_path = JoinPath(store.RunDir(run), "checkpoint");
   if (!fs->Exists(state_path)) {
@@ -114,14 +119,16 @@ std::string CheckVisibleState(const std::string& root, const std::string& run, i
   std::vector<std::string> want;
   for (int64_t step : *steps) want.push_back(CheckpointStore::StepDirName(step) + "/ckpt");
   for (const std::string& path : state->all_model_checkpoint_paths) {
-    if (std::find(want.begin(), want.end(), path) == want.end()) return absl::StrCat("state file names missing ", path);
+    if (std::find(want.begin(), want.end(), path) == want.end())
+      return absl::StrCat("state file names missing ", path);
   }
   if (std::find(want.begin(), want.end(), state->model_checkpoint_path) == want.end()) {
-    return absl::StrCat("state file's model_checkpoint_path ", state->model_checkpoint_path, " is not visible");
+    return absl::StrCat("state file's model_checkpoint_path ", state->model_checkpoint_path,
+                        " is not visible");
   }
   if (strict && (state->all_model_checkpoint_paths != want || state->model_checkpoint_path != want.back())) {
-    return absl::StrCat("state file lists ", absl::StrJoin(state->all_model_checkpoint_paths, ","), " but visible are ",
-                        absl::StrJoin(want, ","));
+    return absl::StrCat("state file lists ", absl::StrJoin(state->all_model_checkpoint_paths, ","),
+                        " but visible are ", absl::StrJoin(want, ","));
   }
   return "";
 }

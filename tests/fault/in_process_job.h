@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/store/checkpoint_store.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/staging/staging_area.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/fault/thread_collective.h"
 
 namespace ckptd::testing {

@@ -1,9 +1,9 @@
 // Real daemons under mpirun, hurt for real: SIGKILL at random moments during saves
 // (then a restart), SIGSTOP past the commit deadline, a trainer whose stream breaks,
 // corrupt and missing files, retention, and a disk that fills up.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <grpcpp/grpcpp.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -36,13 +36,36 @@ absl::Status SaveModel(Client& client, const std::string& run, int64_t step, int
   const std::vector<float> w = ExpectedW(kRanks, step);
   const std::vector<int64_t> r = ExpectedR(step);
   std::vector<TensorShard> shards = {
-      {.name = "w", .dtype = kDtFloat, .shape = {2 * kRanks, 8}, .box_start = {2 * t, 0}, .box_length = {2, 8}, .data = w.data() + 16 * t, .size = 16 * sizeof(float)},
+      {.name = "w",
+       .dtype = kDtFloat,
+       .shape = {2 * kRanks, 8},
+       .box_start = {2 * t, 0},
+       .box_length = {2, 8},
+       .data = w.data() + 16 * t,
+       .size = 16 * sizeof(float)},
       {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = r.size() * sizeof(int64_t)},
   };
   SaveOptions options;
   options.timeout = timeout;
   RETURN_IF_ERROR(client.Save(run, step, t, kRanks, shards, options).status());
   return client.Wait(run, step, timeout);
+}
+
+// Trainer 0 stages its half of step 1 of the model (and does not wait).
+absl::Status StageFirstHalf(Client& client, const std::string& run) {
+  const std::vector<float> w = ExpectedW(kRanks, 1);
+  const std::vector<int64_t> r = ExpectedR(1);
+  return client
+      .Save(run, 1, 0, kRanks,
+            {{.name = "w",
+              .dtype = kDtFloat,
+              .shape = {4, 8},
+              .box_start = {0, 0},
+              .box_length = {2, 8},
+              .data = w.data(),
+              .size = 64},
+             {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = 128}})
+      .status();
 }
 
 std::string ReadLog(const std::string& path) {
@@ -70,7 +93,8 @@ TEST(ProcessFaultTest, SigkillDuringSavesNeverExposesAPartialCheckpoint) {
     const pid_t victim = cluster.Pid(static_cast<int>(rng() % kRanks));
     ASSERT_GT(victim, 0);
     // The first commit after a restart cleans what the last kill left behind.
-    auto first = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "kill", next_step, t); });
+    auto first =
+        RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "kill", next_step, t); });
     for (const absl::Status& s : first) ASSERT_TRUE(s.ok()) << s;
     ++next_step;
     std::vector<int64_t> visible;
@@ -99,7 +123,8 @@ TEST(ProcessFaultTest, SigkillDuringSavesNeverExposesAPartialCheckpoint) {
         step = s + 1;
       }
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));  // the fault's timing, not synchronization
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(rng() % 400));  // the fault's timing, not synchronization
     ::kill(victim, SIGKILL);
     EXPECT_NE(cluster.WaitForExit(), 0);  // Open MPI ends the whole job
     done = true;
@@ -154,12 +179,8 @@ TEST(ProcessFaultTest, BrokenTrainerStreamFailsTheStepForEveryoneAndFreesMemory)
   Cluster cluster(kRanks);
   ASSERT_TRUE(cluster.Start().ok());
   // Trainer 0 stages its part completely.
-  const std::vector<float> w = ExpectedW(kRanks, 1);
-  const std::vector<int64_t> r = ExpectedR(1);
   auto client0 = cluster.Connect(0);
-  ASSERT_TRUE(client0->Save("cut", 1, 0, kRanks,
-                            {{.name = "w", .dtype = kDtFloat, .shape = {4, 8}, .box_start = {0, 0}, .box_length = {2, 8}, .data = w.data(), .size = 64},
-                             {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = 128}}).ok());
+  ASSERT_TRUE(StageFirstHalf(*client0, "cut").ok());
   // Trainer 1 sends its header and part of its bytes, then its stream ends, as when
   // the trainer process dies mid-stream (the daemon sees the same short stream).
   {
@@ -222,7 +243,8 @@ std::vector<float> RowsOf(int t, int64_t step) {
   return rows;
 }
 
-std::unique_ptr<RawSave> OpenRawSave(const std::string& address, const std::string& run, int64_t step, int trainer) {
+std::unique_ptr<RawSave> OpenRawSave(const std::string& address, const std::string& run, int64_t step,
+                                     int trainer) {
   auto save = std::make_unique<RawSave>();
   auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());
   save->writer = v1::Ckptd::NewStub(channel)->Save(&save->ctx, &save->response);
@@ -258,7 +280,15 @@ bool StagedMoreThan(Client& client, int64_t above) {
 
 absl::Status SaveRows(Client& client, const std::string& run, int64_t step, int t) {
   const std::vector<float> rows = RowsOf(t, step);
-  return client.Save(run, step, t, 4, {{.name = "w", .dtype = kDtFloat, .shape = {8, 8}, .box_start = {2 * t, 0}, .box_length = {2, 8}, .data = rows.data(), .size = rows.size() * 4}})
+  return client
+      .Save(run, step, t, 4,
+            {{.name = "w",
+              .dtype = kDtFloat,
+              .shape = {8, 8},
+              .box_start = {2 * t, 0},
+              .box_length = {2, 8},
+              .data = rows.data(),
+              .size = rows.size() * 4}})
       .status();
 }
 
@@ -316,7 +346,8 @@ TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCaus
   const grpc::Status finished2 = trainer2->writer->Finish();
   EXPECT_EQ(finished2.error_code(), grpc::StatusCode::ABORTED) << finished2.error_message();
   EXPECT_EQ(finished2.error_message(), std::string(waited0.message()));
-  std::printf("trainer death: every trainer of the step told within %s\n", absl::FormatDuration(took).c_str());
+  std::printf("trainer death: every trainer of the step told within %s\n",
+              absl::FormatDuration(took).c_str());
   auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("die");
   ASSERT_TRUE(steps.ok());
   EXPECT_TRUE(steps->empty());
@@ -331,7 +362,12 @@ TEST(ProcessFaultTest, TrainerDyingMidSaveAbortsEveryTrainerOfTheStepWithItsCaus
   });
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(retry[t].ok()) << "trainer " << t << ": " << retry[t];
   std::vector<float> all(64);
-  ASSERT_TRUE(client0->Restore("die", 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .shape = {8, 8}, .data = all.data(), .size = 256}}).ok());
+  ASSERT_TRUE(
+      client0
+          ->Restore("die", 1,
+                    {RestoreTarget{
+                        .name = "w", .dtype = kDtFloat, .shape = {8, 8}, .data = all.data(), .size = 256}})
+          .ok());
   for (int t = 0; t < 4; ++t) {
     const std::vector<float> rows = RowsOf(t, 1);
     EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + 16 * t)) << "rows of trainer " << t;
@@ -355,11 +391,7 @@ TEST(ProcessFaultTest, SurvivorStopsOnSigtermWhenItsPeerIsDead) {
   ASSERT_GT(rank0, 0);
   ASSERT_GT(rank1, 0);
   auto client0 = cluster.Connect(0);
-  const std::vector<float> w = ExpectedW(kRanks, 1);
-  const std::vector<int64_t> r = ExpectedR(1);
-  ASSERT_TRUE(client0->Save("alone", 1, 0, kRanks,
-                            {{.name = "w", .dtype = kDtFloat, .shape = {4, 8}, .box_start = {0, 0}, .box_length = {2, 8}, .data = w.data(), .size = 64},
-                             {.name = "r", .dtype = kDtInt64, .shape = {16}, .data = r.data(), .size = 128}}).ok());
+  ASSERT_TRUE(StageFirstHalf(*client0, "alone").ok());
   absl::Status waited;
   std::thread waiter([&] { waited = client0->Wait("alone", 1, absl::Seconds(120)); });
   ASSERT_EQ(::kill(rank1, SIGKILL), 0);
@@ -380,7 +412,8 @@ TEST(ProcessFaultTest, SurvivorStopsOnSigtermWhenItsPeerIsDead) {
   std::printf("survivor stopped %s after SIGTERM\n", absl::FormatDuration(stopped_in).c_str());
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
   const std::string log = ReadLog(cluster.log());
-  EXPECT_NE(log.find("[rank 0] [warning] ckptd stopped without its peers (exit 4)"), std::string::npos) << log;
+  EXPECT_NE(log.find("[rank 0] [warning] ckptd stopped without its peers (exit 4)"), std::string::npos)
+      << log;
   auto steps = CheckpointStore(PosixFileSystem(), cluster.root()).ListSteps("alone");
   ASSERT_TRUE(steps.ok());
   EXPECT_TRUE(steps->empty());
@@ -411,7 +444,8 @@ TEST(ProcessFaultTest, CorruptionIsDataLossAndFallbackFindsTheNewestGoodStep) {
   EXPECT_NE(plain.status().message().find("'r'"), absl::string_view::npos);
 
   grpc::ClientContext ctx;
-  auto stub = v1::Ckptd::NewStub(grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
+  auto stub = v1::Ckptd::NewStub(
+      grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
   v1::RestoreRequest request;
   request.set_run("rot");
   request.set_latest(true);
@@ -437,7 +471,9 @@ TEST(ProcessFaultTest, CorruptionIsDataLossAndFallbackFindsTheNewestGoodStep) {
   EXPECT_EQ(got, std::string(reinterpret_cast<const char*>(want.data()), 128));
 
   // A missing data file is DATA_LOSS naming the file.
-  ASSERT_TRUE(PosixFileSystem()->DeleteFile(DataPath(CheckpointStore::Prefix(store.StepDir("rot", 1)), 0, kRanks)).ok());
+  ASSERT_TRUE(PosixFileSystem()
+                  ->DeleteFile(DataPath(CheckpointStore::Prefix(store.StepDir("rot", 1)), 0, kRanks))
+                  .ok());
   absl::Status missing = client->Restore("rot", 1, {target}).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kDataLoss) << missing;
   EXPECT_NE(missing.message().find("data-00000-of-00002"), absl::string_view::npos) << missing;
@@ -448,7 +484,8 @@ TEST(ProcessFaultTest, RetentionKeepsLastAndEveryKthAndNeverTheNewest) {
   Cluster cluster(kRanks, "", {"--keep-last", "2", "--keep-every-n-steps", "10"});
   ASSERT_TRUE(cluster.Start().ok());
   for (int64_t step : {5, 10, 15, 20, 25}) {
-    auto results = RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "keep", step, t); });
+    auto results =
+        RunTrainers(kRanks, [&](int t) { return SaveModel(*cluster.Connect(t), "keep", step, t); });
     for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   }
   std::vector<int64_t> visible;
@@ -459,7 +496,8 @@ TEST(ProcessFaultTest, RetentionKeepsLastAndEveryKthAndNeverTheNewest) {
   // ckptctl gc: a dry run changes nothing; a real one keeps the newest.
   const std::string run_dir = JoinPath(cluster.root(), "keep");
   std::string out;
-  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " gc ", run_dir, " --keep-last 1 --dry-run"), &out), 0) << out;
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " gc ", run_dir, " --keep-last 1 --dry-run"), &out), 0)
+      << out;
   EXPECT_NE(out.find("would remove step 10"), std::string::npos) << out;
   ASSERT_EQ(CheckVisibleState(cluster.root(), "keep", kRanks, true, &visible), "");
   EXPECT_EQ(visible.size(), 3u);
@@ -483,8 +521,15 @@ TEST(ProcessFaultTest, DiskFullFailsTheStepCleanlyAndTheNextSaveSucceeds) {
     std::vector<char> big(3 << 20, 'z');
     auto results = RunTrainers(kRanks, [&](int t) -> absl::Status {
       auto client = cluster.Connect(t);
-      RETURN_IF_ERROR(client->Save("full", 2, t, kRanks,
-                                   {{.name = "big", .dtype = kDtUint8, .shape = {6 << 20}, .box_start = {t * (3 << 20)}, .box_length = {3 << 20}, .data = big.data(), .size = big.size()}})
+      RETURN_IF_ERROR(client
+                          ->Save("full", 2, t, kRanks,
+                                 {{.name = "big",
+                                   .dtype = kDtUint8,
+                                   .shape = {6 << 20},
+                                   .box_start = {t * (3 << 20)},
+                                   .box_length = {3 << 20},
+                                   .data = big.data(),
+                                   .size = big.size()}})
                           .status());
       return client->Wait("full", 2);
     });

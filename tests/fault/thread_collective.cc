@@ -19,7 +19,8 @@ class ThreadCollective : public Collective {
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, absl::Time deadline) override {
     return group_->Exchange(rank_, mine, deadline, on_expiry_);
   }
-  absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root, absl::Time deadline) override {
+  absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root,
+                                                  absl::Time deadline) override {
     ASSIGN_OR_RETURN(std::vector<std::string> all, group_->Exchange(rank_, mine, deadline, on_expiry_));
     if (rank_ != root) all.clear();
     return all;
@@ -29,13 +30,15 @@ class ThreadCollective : public Collective {
     return all[root];
   }
   absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all, group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
+    ASSIGN_OR_RETURN(std::vector<std::string> all,
+                     group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
     int out = INT32_MAX;
     for (const std::string& v : all) out = std::min(out, std::atoi(v.c_str()));
     return out;
   }
   absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all, group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
+    ASSIGN_OR_RETURN(std::vector<std::string> all,
+                     group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
     int64_t out = 0;
     for (const std::string& v : all) out += std::atoll(v.c_str());
     return out;
@@ -57,7 +60,8 @@ std::vector<std::unique_ptr<Collective>> ThreadGroup::Members() {
   return members;
 }
 
-absl::StatusOr<std::vector<std::string>> ThreadGroup::Exchange(int rank, const std::string& mine, absl::Time deadline,
+absl::StatusOr<std::vector<std::string>> ThreadGroup::Exchange(int rank, const std::string& mine,
+                                                               absl::Time deadline,
                                                                const Collective::ExpiryHandler& on_expiry) {
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t my_generation = generation_;
@@ -77,15 +81,16 @@ absl::StatusOr<std::vector<std::string>> ThreadGroup::Exchange(int rank, const s
       cv_.wait(lock);
       continue;
     }
-    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && generation_ == my_generation) {
+    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
+        generation_ == my_generation) {
       deadline = absl::Now() + interval;  // called again an interval later, as the MPI one
       std::vector<int> missing;
       for (int r = 0; r < size_; ++r) {
         if (!present_[r]) missing.push_back(r);
       }
       absl::Status late = absl::DeadlineExceededError(
-          absl::StrCat("exchange on rank ", rank, " passed its deadline; rank(s) ", absl::StrJoin(missing, ","),
-                       " never arrived"));
+          absl::StrCat("exchange on rank ", rank, " passed its deadline; rank(s) ",
+                       absl::StrJoin(missing, ","), " never arrived"));
       if (!on_expiry) return late;
       lock.unlock();
       on_expiry(late);

@@ -33,18 +33,29 @@ class MemoryFileSystem : public ckptd::FileSystem {
   absl::StatusOr<std::unique_ptr<ckptd::WritableFile>> NewWritableFile(const std::string&) override {
     return absl::UnimplementedError("read-only");
   }
-  absl::StatusOr<std::unique_ptr<ckptd::RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<ckptd::RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) override {
     auto it = files.find(path);
     if (it == files.end()) return absl::NotFoundError(path);
     return std::unique_ptr<ckptd::RandomAccessFile>(new MemoryFile(&it->second));
   }
-  absl::Status CreateDir(const std::string&, uint32_t) override { return absl::UnimplementedError("read-only"); }
-  absl::Status SetMode(const std::string&, uint32_t) override { return absl::UnimplementedError("read-only"); }
-  absl::Status Rename(const std::string&, const std::string&) override { return absl::UnimplementedError("read-only"); }
+  absl::Status CreateDir(const std::string&, uint32_t) override {
+    return absl::UnimplementedError("read-only");
+  }
+  absl::Status SetMode(const std::string&, uint32_t) override {
+    return absl::UnimplementedError("read-only");
+  }
+  absl::Status Rename(const std::string&, const std::string&) override {
+    return absl::UnimplementedError("read-only");
+  }
   absl::Status SyncDir(const std::string&) override { return absl::OkStatus(); }
   absl::Status DeleteFile(const std::string&) override { return absl::UnimplementedError("read-only"); }
-  absl::Status DeleteRecursively(const std::string&) override { return absl::UnimplementedError("read-only"); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string&) override { return std::vector<std::string>(); }
+  absl::Status DeleteRecursively(const std::string&) override {
+    return absl::UnimplementedError("read-only");
+  }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string&) override {
+    return std::vector<std::string>();
+  }
   absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
     auto it = files.find(path);
     if (it == files.end()) return absl::NotFoundError(path);
@@ -60,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MemoryFileSystem fs;
   fs.files["/c/ckpt.index"] = std::string(reinterpret_cast<const char*>(data), size);
   for (int shards = 1; shards <= 2; ++shards) {
-    for (int s = 0; s < shards; ++s) fs.files[ckptd::DataPath("/c/ckpt", s, shards)] = std::string(4096, '\x5a');
+    for (int s = 0; s < shards; ++s)
+      fs.files[ckptd::DataPath("/c/ckpt", s, shards)] = std::string(4096, '\x5a');
   }
   auto reader = ckptd::BundleReader::Open(&fs, "/c/ckpt", 1 << 20);
   if (!reader.ok()) return 0;

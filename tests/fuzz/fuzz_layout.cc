@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto again = ckptd::ParseLayout(layout->ToString());
   if (!again.ok() || again->ToString() != layout->ToString()) std::abort();
   ckptd::Shape shape;
-  for (size_t d = 0; d < layout->sharding_specs.size(); ++d) shape.push_back(static_cast<int64_t>(12 * (d + 1)));
+  for (size_t d = 0; d < layout->sharding_specs.size(); ++d)
+    shape.push_back(static_cast<int64_t>(12 * (d + 1)));
   for (size_t i = 0; i < layout->mesh.global_device_ids.size() && i < 64; ++i) {
     auto box = layout->BoxFor(shape, layout->mesh.global_device_ids[i]);
     if (box.ok() && !ckptd::CheckBoxInShape(*box, shape).ok()) std::abort();

@@ -1,10 +1,10 @@
 // libFuzzer harness: request validation. The bytes are a SaveHeader as it arrives on
 // the wire; validation must return a Status and never accept a box outside its shape.
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "daemon/service/validation.h"
 

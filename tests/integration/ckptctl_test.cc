@@ -41,14 +41,15 @@ TEST_P(CkptctlTestdataTest, InspectJsonMatchesExpectedAndVerifyPasses) {
 INSTANTIATE_TEST_SUITE_P(AllCheckpoints, CkptctlTestdataTest,
                          ::testing::Values("rust_regression-model", "rust_regression_savedmodel",
                                            "rust_keras_single_input_saved_model",
-                                           "serving_saved_model_half_plus_two_cpu", "serving_tf_text_regression",
-                                           "ocr", "tf1_handwriting"));
+                                           "serving_saved_model_half_plus_two_cpu",
+                                           "serving_tf_text_regression", "ocr", "tf1_handwriting"));
 
 TEST(CkptctlTest, VerifyNamesCorruptTensorAndExitsOne) {
   TempDir tmp;
   FileSystem* fs = PosixFileSystem();
   const std::string src = JoinPath(CKPTD_TESTDATA_DIR, "ocr");
-  for (const char* name : {"variables.index", "variables.data-00000-of-00002", "variables.data-00001-of-00002"}) {
+  for (const char* name :
+       {"variables.index", "variables.data-00000-of-00002", "variables.data-00001-of-00002"}) {
     auto bytes = fs->ReadFileToString(JoinPath(src, name), 1 << 26);
     ASSERT_TRUE(bytes.ok());
     if (name == std::string("variables.data-00001-of-00002")) (*bytes)[401408 + 7] ^= 0x40;  // layer-1/bias

@@ -26,8 +26,18 @@ absl::Status Cluster::Start() {
   const std::string root_dir = root();
   const std::string socket = dir_.Sub("sock/ckptd-{rank}.sock");
   const std::string log_path = log();
-  std::vector<std::string> args = {MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", np, CKPTD_BINARY,
-                                   "--root", root_dir, "--socket", socket, "--commit-timeout", "60s"};
+  std::vector<std::string> args = {MPIEXEC,
+                                   "--allow-run-as-root",
+                                   "--oversubscribe",
+                                   "-np",
+                                   np,
+                                   CKPTD_BINARY,
+                                   "--root",
+                                   root_dir,
+                                   "--socket",
+                                   socket,
+                                   "--commit-timeout",
+                                   "60s"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());  // later flags win
   mpirun_ = ::fork();
   if (mpirun_ < 0) return absl::InternalError("fork failed");

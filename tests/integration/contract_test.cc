@@ -1,9 +1,9 @@
 // The API as an outside client sees it: a plain gRPC client at gRPC's default settings
 // (no ckptd client library), malformed and hostile requests, and the limits an
 // error message must stay within. Real daemons under mpirun.
-#include <gtest/gtest.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <fstream>
@@ -36,7 +36,8 @@ std::string WriteConfig(const TempDir& dir, const std::string& yaml) {
 
 // A stub on a channel with every gRPC default (4 MiB receive limit included).
 std::unique_ptr<v1::Ckptd::Stub> DefaultStub(const Cluster& cluster, int rank) {
-  return v1::Ckptd::NewStub(grpc::CreateChannel("unix:" + cluster.Address(rank), grpc::InsecureChannelCredentials()));
+  return v1::Ckptd::NewStub(
+      grpc::CreateChannel("unix:" + cluster.Address(rank), grpc::InsecureChannelCredentials()));
 }
 
 v1::SaveRequest Header(const std::string& run, int64_t step, int trainer, int trainer_count) {
@@ -107,14 +108,26 @@ TEST(ContractTest, CleanSaveRestoreCycleLeavesNoWarningOrErrorInAnyLog) {
       std::vector<float> rows(64, static_cast<float>(t + step));
       SaveOptions options;
       options.transport = transport;
-      RETURN_IF_ERROR(
-          client->Save("clean", step, t, 2, {{.name = "w", .dtype = kDtFloat, .shape = {16, 8}, .box_start = {8 * t, 0}, .box_length = {8, 8}, .data = rows.data(), .size = 256}}, options)
-              .status());
+      RETURN_IF_ERROR(client
+                          ->Save("clean", step, t, 2,
+                                 {{.name = "w",
+                                   .dtype = kDtFloat,
+                                   .shape = {16, 8},
+                                   .box_start = {8 * t, 0},
+                                   .box_length = {8, 8},
+                                   .data = rows.data(),
+                                   .size = 256}},
+                                 options)
+                          .status());
       RETURN_IF_ERROR(client->Wait("clean", step));
       std::vector<float> back(128);
       RestoreOptions restore;
       restore.transport = transport;
-      return client->Restore("clean", step, {{.name = "w", .dtype = kDtFloat, .shape = {16, 8}, .data = back.data(), .size = 512}}, restore).status();
+      return client
+          ->Restore("clean", step,
+                    {{.name = "w", .dtype = kDtFloat, .shape = {16, 8}, .data = back.data(), .size = 512}},
+                    restore)
+          .status();
     });
     for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   }
@@ -218,7 +231,8 @@ TEST(ContractTest, MalformedAndEdgeRequestsGetTheDocumentedAnswers) {
   }
   // Garbage bytes to a unary method: INVALID_ARGUMENT with a message, not an empty INTERNAL.
   {
-    grpc::GenericStub generic(grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
+    grpc::GenericStub generic(
+        grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
     const std::string garbage = "\xff\xff\xff\xff\x0f not a protobuf";
     grpc::Slice slice(garbage);
     grpc::ByteBuffer request(&slice, 1), response;
@@ -237,12 +251,14 @@ TEST(ContractTest, MalformedAndEdgeRequestsGetTheDocumentedAnswers) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    EXPECT_NE(status.error_message().find("/ckptd.v1.Ckptd/Status"), std::string::npos) << status.error_message();
+    EXPECT_NE(status.error_message().find("/ckptd.v1.Ckptd/Status"), std::string::npos)
+        << status.error_message();
   }
   // A mesh whose dimension sizes overflow 64 bits when multiplied is refused.
   {
     v1::SaveRequest overflow = Header("edge", 2, 0, 1);
-    overflow.mutable_header()->set_mesh("|x=4294967296,y=4294967296|0|0|/job:localhost/replica:0/task:0/device:CPU:0");
+    overflow.mutable_header()->set_mesh(
+        "|x=4294967296,y=4294967296|0|0|/job:localhost/replica:0/task:0/device:CPU:0");
     overflow.mutable_header()->add_device_ids(0);
     const grpc::Status s = SendSave(*stub, overflow, "");
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -278,7 +294,8 @@ TEST(ContractTest, BarrierCompletesOnlyWhenEachTrainerIdArrivedOnce) {
   }
   for (const grpc::Status& s : disagree) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_NE(s.error_message().find("disagree on trainer_count (2 vs 3)"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("disagree on trainer_count (2 vs 3)"), std::string::npos)
+        << s.error_message();
   }
   // A missing trainer: the server's deadline ends the barrier and names it.
   const grpc::Status alone = BarrierCall(*stub0, "b", 3, 1, 3);
@@ -298,8 +315,9 @@ TEST(ContractTest, BarrierCompletesOnlyWhenEachTrainerIdArrivedOnce) {
 
 TEST(ContractTest, ErrorsStayDeliverableAtTheTrainerLimit) {
   TempDir config_dir;
-  Cluster cluster(1, "",
-                  {"--config", WriteConfig(config_dir, "limits:\n  max_trainers: 2048\n"), "--commit-timeout", "1s"});
+  Cluster cluster(
+      1, "",
+      {"--config", WriteConfig(config_dir, "limits:\n  max_trainers: 2048\n"), "--commit-timeout", "1s"});
   ASSERT_TRUE(cluster.Start().ok());
   auto stub = DefaultStub(cluster, 0);
   // 2047 of 2048 trainers never come: the message names a few and counts the rest.
@@ -309,7 +327,8 @@ TEST(ContractTest, ErrorsStayDeliverableAtTheTrainerLimit) {
   ASSERT_TRUE(SendSave(*stub, header, std::string(4, '\0')).ok());
   const grpc::Status waited = WaitFor(*stub, "many", 1);
   EXPECT_EQ(waited.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << waited.error_message();
-  EXPECT_NE(waited.error_message().find("missing trainer(s) 1,2,3,4,5,6,7,8 and 2039 more"), std::string::npos)
+  EXPECT_NE(waited.error_message().find("missing trainer(s) 1,2,3,4,5,6,7,8 and 2039 more"),
+            std::string::npos)
       << waited.error_message();
   EXPECT_LT(waited.error_message().size(), 1024u);
   // The same at a barrier.
@@ -327,7 +346,8 @@ TEST(ContractTest, ErrorsStayDeliverableAtTheTrainerLimit) {
   AddTensor(&over, "w", kDtFloat, {1});
   const grpc::Status refused = SendSave(*stub, over, std::string(4, '\0'));
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("limits.max_trainers (2048)"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("limits.max_trainers (2048)"), std::string::npos)
+      << refused.error_message();
   EXPECT_EQ(BarrierCall(*stub, "many", 2, 0, 2049).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(cluster.Stop(), 0);
 }

@@ -35,7 +35,11 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
   std::vector<float> host(1000, 1.5f);
   TensorShard on_device{.name = "w", .dtype = kDtFloat, .shape = {1000}, .data = nullptr, .size = 0};
   on_device.device_memory = NowhereMemory();
-  TensorShard on_host{.name = "b", .dtype = kDtFloat, .shape = {1000}, .data = host.data(), .size = host.size() * sizeof(float)};
+  TensorShard on_host{.name = "b",
+                      .dtype = kDtFloat,
+                      .shape = {1000},
+                      .data = host.data(),
+                      .size = host.size() * sizeof(float)};
   auto refused = client->Save("dev", 1, 0, 1, {on_host, on_device});
   // Without CUDA in the build: UNIMPLEMENTED. With it: no device here, or no device
   // with that UUID: FAILED_PRECONDITION either way.
@@ -52,7 +56,14 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
     t.device_memory = bad;
     EXPECT_EQ(client->Save("dev", 1, 0, 1, {t}).status().code(), absl::StatusCode::kInvalidArgument);
   }
-  TensorShard layout{.name = "l", .dtype = kDtFloat, .shape = {4}, .data = nullptr, .size = 0, .use_layout = true, .sharding_specs = {"unsharded"}, .device_data = {}};
+  TensorShard layout{.name = "l",
+                     .dtype = kDtFloat,
+                     .shape = {4},
+                     .data = nullptr,
+                     .size = 0,
+                     .use_layout = true,
+                     .sharding_specs = {"unsharded"},
+                     .device_data = {}};
   layout.device_memory = NowhereMemory();
   SaveOptions mesh;
   mesh.mesh = "|x=1|0|0|/job:localhost/task:0/device:CPU:0";
@@ -70,13 +81,14 @@ TEST_F(DeviceMemoryTest, RefusedBeforeTheStepCountsWhenTheDaemonCannotTakeIt) {
   std::vector<float> back(1000);
   RestoreTarget to_device{.name = "w", .dtype = 0, .data = nullptr, .size = 0};
   to_device.device_memory = NowhereMemory();
-  auto restored =
-      client->Restore("dev", 1, {{.name = "b", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}, to_device});
+  auto restored = client->Restore(
+      "dev", 1,
+      {{.name = "b", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}, to_device});
   EXPECT_EQ(restored.status().code(),
             CKPTD_HAVE_CUDA ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kUnimplemented)
       << restored.status();
-  auto host_only =
-      client->Restore("dev", 1, {{.name = "w", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}});
+  auto host_only = client->Restore(
+      "dev", 1, {{.name = "w", .dtype = 0, .data = back.data(), .size = back.size() * sizeof(float)}});
   ASSERT_TRUE(host_only.ok()) << host_only.status();
   EXPECT_EQ(back, host);
   auto status = client->Status();
@@ -126,10 +138,17 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   auto results = RunTrainers(2, [&](int t) -> absl::Status {
     auto client = cluster_->Connect(t);
     ASSIGN_OR_RETURN(DeviceMemory lent, ExportDeviceMemory(device[t], kOffset));
-    TensorShard shard{.name = "w", .dtype = kDtUint32, .shape = {rows, cols}, .box_start = {t * half, 0}, .box_length = {half, cols}, .data = nullptr, .size = 0};
+    TensorShard shard{.name = "w",
+                      .dtype = kDtUint32,
+                      .shape = {rows, cols},
+                      .box_start = {t * half, 0},
+                      .box_length = {half, cols},
+                      .data = nullptr,
+                      .size = 0};
     shard.device_memory = lent;
     std::vector<uint32_t> small{7, 8, 9};
-    TensorShard host{.name = "b", .dtype = kDtUint32, .shape = {3}, .data = small.data(), .size = small.size() * 4};
+    TensorShard host{
+        .name = "b", .dtype = kDtUint32, .shape = {3}, .data = small.data(), .size = small.size() * 4};
     const absl::Time start = absl::Now();
     RETURN_IF_ERROR(client->Save("gpu", 1, t, 2, {shard, host}).status());
     stall[t] = absl::ToDoubleSeconds(absl::Now() - start);
@@ -149,7 +168,8 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   ASSERT_TRUE(lent.ok()) << lent.status();
   to_device.device_memory = *lent;
   std::vector<uint32_t> b(3);
-  auto restored = client->Restore("gpu", 1, {to_device, {.name = "b", .dtype = 0, .data = b.data(), .size = 12}});
+  auto restored =
+      client->Restore("gpu", 1, {to_device, {.name = "b", .dtype = 0, .data = b.data(), .size = 12}});
   ASSERT_TRUE(restored.ok()) << restored.status();
   std::vector<uint32_t> back(pattern.size());
   ASSERT_CUDA(cudaMemcpy(back.data(), whole, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
@@ -157,8 +177,13 @@ TEST_F(DeviceMemoryTest, SavedFromDeviceMemoryRestoresBitExactIntoDeviceAndHost)
   EXPECT_EQ(b, (std::vector<uint32_t>{7, 8, 9}));
   for (int t = 0; t < 2; ++t) {
     std::vector<uint32_t> rows_back(static_cast<size_t>(half * cols));
-    auto r = cluster_->Connect(t)->Restore(
-        "gpu", 1, {{.name = "w", .dtype = 0, .box_start = {(1 - t) * half, 0}, .box_length = {half, cols}, .data = rows_back.data(), .size = half_bytes}});
+    auto r = cluster_->Connect(t)->Restore("gpu", 1,
+                                           {{.name = "w",
+                                             .dtype = 0,
+                                             .box_start = {(1 - t) * half, 0},
+                                             .box_length = {half, cols},
+                                             .data = rows_back.data(),
+                                             .size = half_bytes}});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(std::memcmp(rows_back.data(), pattern.data() + (1 - t) * half * cols, half_bytes), 0);
   }

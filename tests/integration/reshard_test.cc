@@ -7,16 +7,16 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
-#include "daemon/store/checkpoint_store.h"
 #include "daemon/layout/cast.h"
 #include "daemon/layout/mesh.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/integration/cluster.h"
 
 namespace ckptd::testing {
@@ -110,8 +110,8 @@ absl::Status RestoreAndCheck(Client& client, const std::string& run, int trainer
   for (size_t i = 0; i < Model().size(); ++i) {
     for (size_t d = 0; d < devices.size(); ++d) {
       if (buffers[i][d] != BoxBytes(Model()[i], boxes[i][d])) {
-        return absl::DataLossError(absl::StrCat("trainer ", trainer, ": ", Model()[i].name, " on device ", devices[d],
-                                                " box ", boxes[i][d].ToString(), " differs"));
+        return absl::DataLossError(absl::StrCat("trainer ", trainer, ": ", Model()[i].name, " on device ",
+                                                devices[d], " box ", boxes[i][d].ToString(), " differs"));
       }
     }
   }
@@ -169,7 +169,9 @@ class ReshardTest : public ::testing::Test {
     saver_.reset();
   }
 
-  std::string Prefix() const { return CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), root_.path()).StepDir(kRun, 1)); }
+  std::string Prefix() const {
+    return CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), root_.path()).StepDir(kRun, 1));
+  }
 
   TempDir root_;
   std::unique_ptr<Cluster> saver_;
@@ -185,8 +187,8 @@ TEST_F(ReshardTest, RestoresOnThreeDaemonsWithMeshX3Y2) {
   StopSaver();
   Cluster three(3, root_.path());
   ASSERT_TRUE(three.Start().ok());
-  const std::vector<std::vector<std::string>> specs = {{"x", "y"},  {"unsharded", "y"}, {"x"}, {"y", "unsharded"},
-                                                       {"unsharded"}, {"x", "y"},        {}};
+  const std::vector<std::vector<std::string>> specs = {
+      {"x", "y"}, {"unsharded", "y"}, {"x"}, {"y", "unsharded"}, {"unsharded"}, {"x", "y"}, {}};
   auto results = RunTrainers(3, [&](int t) -> absl::Status {
     auto client = three.Connect(t);
     const std::vector<int64_t> devices = DevicesOf(t, 2);
@@ -200,8 +202,9 @@ TEST_F(ReshardTest, RestoresOnOneDaemonWithOneDevice) {
   StopSaver();
   Cluster one(1, root_.path());
   ASSERT_TRUE(one.Start().ok());
-  const std::vector<std::vector<std::string>> specs = {{"x", "unsharded"}, {"unsharded", "x"}, {"x"}, {"x", "unsharded"},
-                                                       {"unsharded"},      {"unsharded", "unsharded"}, {}};
+  const std::vector<std::vector<std::string>> specs = {
+      {"x", "unsharded"}, {"unsharded", "x"},         {"x"}, {"x", "unsharded"},
+      {"unsharded"},      {"unsharded", "unsharded"}, {}};
   {
     auto client = one.Connect(0);
     EXPECT_TRUE(RestoreAndCheck(*client, kRun, 0, MeshFor("x=1", 1, {0}), {0}, specs).ok());
@@ -210,11 +213,15 @@ TEST_F(ReshardTest, RestoresOnOneDaemonWithOneDevice) {
 }
 
 TEST_F(ReshardTest, RestoresFullyReplicatedAndWithSwappedSharding) {
-  const std::vector<std::vector<std::string>> replicated = {
-      {"unsharded", "unsharded"}, {"unsharded", "unsharded"}, {"unsharded"}, {"unsharded", "unsharded"},
-      {"unsharded"},              {"unsharded", "unsharded"}, {}};
-  const std::vector<std::vector<std::string>> swapped = {{"y", "x"}, {"y", "unsharded"}, {"y"}, {"unsharded", "x"},
-                                                         {"x"},      {"y", "x"},         {}};
+  const std::vector<std::vector<std::string>> replicated = {{"unsharded", "unsharded"},
+                                                            {"unsharded", "unsharded"},
+                                                            {"unsharded"},
+                                                            {"unsharded", "unsharded"},
+                                                            {"unsharded"},
+                                                            {"unsharded", "unsharded"},
+                                                            {}};
+  const std::vector<std::vector<std::string>> swapped = {
+      {"y", "x"}, {"y", "unsharded"}, {"y"}, {"unsharded", "x"}, {"x"}, {"y", "x"}, {}};
   for (const auto& specs : {replicated, swapped, SavedSpecs()}) {
     auto results = RunTrainers(4, [&](int t) -> absl::Status {
       auto client = saver_->Connect(t / 2);
@@ -231,7 +238,8 @@ TEST_F(ReshardTest, TwoWayShardedTensorRestoresAsRowSlabs) {
   for (int64_t slab = 0; slab < 3; ++slab) {
     const Box box{{slab * 8, 0}, {8, 48}};
     std::string out(8 * 48 * 4, '\0');
-    auto step = client->Restore(kRun, 1, {RestoreTarget{a.name, a.dtype, a.shape, box.start, box.length, out.data(), out.size()}});
+    auto step = client->Restore(
+        kRun, 1, {RestoreTarget{a.name, a.dtype, a.shape, box.start, box.length, out.data(), out.size()}});
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(out, BoxBytes(a, box)) << "slab " << slab;
   }
@@ -245,8 +253,9 @@ TEST_F(ReshardTest, EachTrainerGetsItsOwnState) {
     options.trainer_id = t;
     options.trainer_state = &state;
     RETURN_IF_ERROR(client->Restore(kRun, 1, {}, options).status());
-    const std::map<std::string, std::string> want = {{"iterator", absl::StrCat("position-", t * 1000)},
-                                                     {"rng", std::string("\0\x01\xff", 3) + std::to_string(t)}};
+    const std::map<std::string, std::string> want = {
+        {"iterator", absl::StrCat("position-", t * 1000)},
+        {"rng", std::string("\0\x01\xff", 3) + std::to_string(t)}};
     if (state != want) return absl::InternalError(absl::StrCat("trainer ", t, " got other state"));
     return absl::OkStatus();
   });
@@ -275,25 +284,38 @@ TEST_F(ReshardTest, InspectShowsLayoutsAndIndexIsSlicedBundle) {
 
 TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
   // Saved float32 as bfloat16 (should_cast); values chosen to exercise rounding.
-  const std::vector<float> values = {1.0f, 1.00390625f /* tie: even */, 1.01171875f /* tie: up */, -3.3f,
-                                     std::numeric_limits<float>::infinity(), std::nanf("")};
+  const std::vector<float> values = {1.0f,
+                                     1.00390625f /* tie: even */,
+                                     1.01171875f /* tie: up */,
+                                     -3.3f,
+                                     std::numeric_limits<float>::infinity(),
+                                     std::nanf("")};
   auto results = RunTrainers(4, [&](int t) -> absl::Status {
     auto client = saver_->Connect(t / 2);
     SaveOptions options;
     options.store_float32_as_bfloat16 = true;
     std::vector<TensorShard> shards;
-    if (t == 0) shards.push_back({.name = "w", .dtype = kDtFloat, .shape = {6}, .data = values.data(), .size = values.size() * 4});
+    if (t == 0)
+      shards.push_back(
+          {.name = "w", .dtype = kDtFloat, .shape = {6}, .data = values.data(), .size = values.size() * 4});
     RETURN_IF_ERROR(client->Save(kRun, 2, t, 4, shards, options).status());
     return client->Wait(kRun, 2);
   });
   for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
-  auto reader = BundleReader::Open(PosixFileSystem(), CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), root_.path()).StepDir(kRun, 2)));
+  auto reader = BundleReader::Open(
+      PosixFileSystem(),
+      CheckpointStore::Prefix(CheckpointStore(PosixFileSystem(), root_.path()).StepDir(kRun, 2)));
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->Find("w")->dtype(), kDtBfloat16);
 
   auto client = saver_->Connect(0);
   std::vector<float> back(6);
-  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{.name = "w", .dtype = kDtFloat, .shape = {6}, .data = back.data(), .size = 24}}).ok());
+  ASSERT_TRUE(
+      client
+          ->Restore(
+              kRun, 2,
+              {RestoreTarget{.name = "w", .dtype = kDtFloat, .shape = {6}, .data = back.data(), .size = 24}})
+          .ok());
   EXPECT_EQ(back[0], 1.0f);
   EXPECT_EQ(back[1], 1.0f);
   EXPECT_EQ(back[2], 1.015625f);
@@ -301,13 +323,23 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
   EXPECT_TRUE(std::isinf(back[4]));
   EXPECT_TRUE(std::isnan(back[5]));
   std::vector<uint16_t> half(6);
-  ASSERT_TRUE(client->Restore(kRun, 2, {RestoreTarget{.name = "w", .dtype = kDtHalf, .shape = {6}, .data = half.data(), .size = 12}}).ok());
+  ASSERT_TRUE(
+      client
+          ->Restore(
+              kRun, 2,
+              {RestoreTarget{.name = "w", .dtype = kDtHalf, .shape = {6}, .data = half.data(), .size = 12}})
+          .ok());
   EXPECT_EQ(half[0], 0x3c00);
   EXPECT_EQ(half[4], 0x7c00);
   // Stored float16 read as float32, and a conversion that is not allowed.
   const Spec& f = Model()[5];
   std::vector<float> f32(12 * 24);
-  ASSERT_TRUE(client->Restore(kRun, 1, {RestoreTarget{.name = f.name, .dtype = kDtFloat, .data = f32.data(), .size = f32.size() * 4}}).ok());
+  ASSERT_TRUE(
+      client
+          ->Restore(
+              kRun, 1,
+              {RestoreTarget{.name = f.name, .dtype = kDtFloat, .data = f32.data(), .size = f32.size() * 4}})
+          .ok());
   const std::string stored = BoxBytes(f, Box::Full(f.shape));
   for (size_t i = 0; i < f32.size(); ++i) {
     uint16_t h;
@@ -320,8 +352,13 @@ TEST_F(ReshardTest, DtypeConversionOnSaveAndRestore) {
     }
   }
   std::vector<int64_t> wrong(48);
-  EXPECT_EQ(client->Restore(kRun, 1, {RestoreTarget{.name = "c/i8", .dtype = kDtInt64, .data = wrong.data(), .size = 48 * 8}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      client
+          ->Restore(kRun, 1,
+                    {RestoreTarget{.name = "c/i8", .dtype = kDtInt64, .data = wrong.data(), .size = 48 * 8}})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ReshardTest, MeshMistakesAreClearErrors) {
@@ -344,7 +381,14 @@ TEST_F(ReshardTest, MeshMistakesAreClearErrors) {
     options.mesh = t == 0 ? MeshFor("x=2", 2, {0}) : MeshFor("y=2", 2, {1});
     options.device_ids = {t};
     int32_t v = t;
-    TensorShard shard{.name = "v", .dtype = kDtInt32, .shape = {2}, .data = nullptr, .size = 0, .use_layout = true, .sharding_specs = {"unsharded"}, .device_data = {{&v, 4}}};
+    TensorShard shard{.name = "v",
+                      .dtype = kDtInt32,
+                      .shape = {2},
+                      .data = nullptr,
+                      .size = 0,
+                      .use_layout = true,
+                      .sharding_specs = {"unsharded"},
+                      .device_data = {{&v, 4}}};
     shard.shape = {1};
     RETURN_IF_ERROR(c->Save("mesh-mismatch", 1, t, 2, {shard}, options).status());
     return c->Wait("mesh-mismatch", 1);

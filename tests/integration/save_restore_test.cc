@@ -49,7 +49,8 @@ struct OwnedShard {
 template <typename T>
 OwnedShard MakeShard(const std::string& name, int dtype, int64_t step, const Shape& shape, const Box& box) {
   std::vector<T> values = BoxValues<T>(name, step, shape, box);
-  auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  auto bytes =
+      std::make_shared<std::string>(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   return {{name, dtype, shape, box.start, box.length, bytes->data(), bytes->size()}, bytes};
 }
 
@@ -66,7 +67,12 @@ template <typename T>
 absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run, std::optional<int64_t> step,
                                           const std::string& name, int dtype, const Box& box) {
   std::vector<T> out(static_cast<size_t>(box.NumElements()));
-  RestoreTarget target{.name = name, .dtype = dtype, .box_start = box.start, .box_length = box.length, .data = out.data(), .size = out.size() * sizeof(T)};
+  RestoreTarget target{.name = name,
+                       .dtype = dtype,
+                       .box_start = box.start,
+                       .box_length = box.length,
+                       .data = out.data(),
+                       .size = out.size() * sizeof(T)};
   auto restored = client.Restore(run, step, {target});
   if (!restored.ok()) return restored.status();
   return out;
@@ -113,7 +119,8 @@ TEST_F(ClusterTest, MixedShardedAndReplicatedSaveRestoresBitExact) {
   EXPECT_EQ((*reader)->Find("s")->slices_size(), 0);
   EXPECT_EQ((*reader)->entries().size(), 10u);  // w + 4 slices, m + 2 slices, b, s
   uint64_t data_bytes = 0;
-  for (int shard = 0; shard < 2; ++shard) data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 2));
+  for (int shard = 0; shard < 2; ++shard)
+    data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 2));
   EXPECT_EQ(data_bytes, 8u * 6 * 4 + 6 * 4 + 4 * 4 * 8 + 4);
 
   auto client = cluster_->Connect(1);
@@ -162,7 +169,8 @@ TEST_F(ClusterTest, OverlappingBoxesFailEveryTrainerAndPublishNothing) {
   // The daemons keep serving: a correct save of the same run succeeds.
   auto retry = RunTrainers(2, [&](int t) -> absl::Status {
     auto c = cluster_->Connect(t);
-    RETURN_IF_ERROR(SaveShards(*c, "overlap", 2, t, 2, {MakeShard<float>("w", 1, 2, {4}, Box{{2 * t}, {2}})}));
+    RETURN_IF_ERROR(
+        SaveShards(*c, "overlap", 2, t, 2, {MakeShard<float>("w", 1, 2, {4}, Box{{2 * t}, {2}})}));
     return c->Wait("overlap", 2);
   });
   for (const absl::Status& s : retry) EXPECT_TRUE(s.ok()) << s;
@@ -179,7 +187,8 @@ TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
     });
     for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   }
-  auto text = PosixFileSystem()->ReadFileToString(JoinPath(JoinPath(cluster_->root(), "state"), "checkpoint"), 4096);
+  auto text =
+      PosixFileSystem()->ReadFileToString(JoinPath(JoinPath(cluster_->root(), "state"), "checkpoint"), 4096);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text,
             "model_checkpoint_path: \"step-00000300/ckpt\"\n"
@@ -187,7 +196,9 @@ TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
             "all_model_checkpoint_paths: \"step-00000200/ckpt\"\n"
             "all_model_checkpoint_paths: \"step-00000300/ckpt\"\n");
   std::string out;
-  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " ls --json ", JoinPath(cluster_->root(), "state")), &out), 0) << out;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " ls --json ", JoinPath(cluster_->root(), "state")), &out), 0)
+      << out;
   for (const char* step : {"\"step\": 100", "\"step\": 200", "\"step\": 300"}) {
     EXPECT_NE(out.find(step), std::string::npos) << out;
   }
@@ -197,14 +208,18 @@ TEST_F(ClusterTest, CheckpointStateFileAfterThreeSteps) {
   ASSERT_EQ(list->checkpoints_size(), 3);
   EXPECT_EQ(list->checkpoints(2).step(), 300);
   std::vector<float> v(8);
-  auto step = client->Restore("state", std::nullopt, {RestoreTarget{.name = "v", .dtype = 1, .shape = {4, 2}, .data = v.data(), .size = 32}});
+  auto step = client->Restore(
+      "state", std::nullopt,
+      {RestoreTarget{.name = "v", .dtype = 1, .shape = {4, 2}, .data = v.data(), .size = 32}});
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 300);
   EXPECT_EQ(v, BoxValues<float>("v", 300, {4, 2}, Box::Full({4, 2})));
   // Wait on a committed step answers at once; saving it again is refused.
   EXPECT_TRUE(client->Wait("state", 200).ok());
-  EXPECT_EQ(SaveShards(*client, "state", 200, 0, 2, {MakeShard<float>("v", 1, 200, {4, 2}, Box{{0, 0}, {2, 2}})}).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      SaveShards(*client, "state", 200, 0, 2, {MakeShard<float>("v", 1, 200, {4, 2}, Box{{0, 0}, {2, 2}})})
+          .code(),
+      absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(ClusterTest, BadInputIsInvalidArgumentAndNothingIsWritten) {
@@ -296,7 +311,8 @@ TEST_F(ClusterTest, RestoreErrorsNameTheProblem) {
   });
   for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   auto client = cluster_->Connect(0);
-  EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "nope", 0, Box{}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "nope", 0, Box{}).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(RestoreBox<float>(*client, "errs", 6, "w", 1, Box::Full({4, 4})).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "w", 9, Box::Full({4, 4})).status().code(),
@@ -304,8 +320,14 @@ TEST_F(ClusterTest, RestoreErrorsNameTheProblem) {
   EXPECT_EQ(RestoreBox<float>(*client, "errs", 5, "w", 1, Box{{3, 0}, {2, 4}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<float> wrong_shape(16);
-  EXPECT_EQ(client->Restore("errs", 5, {RestoreTarget{.name = "w", .dtype = 1, .shape = {16}, .data = wrong_shape.data(), .size = 64}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      client
+          ->Restore(
+              "errs", 5,
+              {RestoreTarget{.name = "w", .dtype = 1, .shape = {16}, .data = wrong_shape.data(), .size = 64}})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 
   // Flip one byte of "n" in its data file: DATA_LOSS naming the tensor and the file,
   // and ckptctl verify exits 1 naming it.
@@ -357,7 +379,8 @@ TEST_F(ClusterTest, ThreeDaemonsWriteEachBoxOnceAndRestoreAcrossThem) {
   for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
   const std::string prefix = CheckpointStore::Prefix(StepDir("three", 1));
   uint64_t data_bytes = 0;
-  for (int shard = 0; shard < 3; ++shard) data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 3));
+  for (int shard = 0; shard < 3; ++shard)
+    data_bytes += *PosixFileSystem()->FileSize(DataPath(prefix, shard, 3));
   EXPECT_EQ(data_bytes, 9u * 4 * 4 + 5 * 8);
   for (int rank = 0; rank < 3; ++rank) {
     auto client = cluster_->Connect(rank);

@@ -31,8 +31,18 @@ struct TrainerData {
   std::vector<float> rows;
   std::vector<int64_t> bias;
   std::vector<TensorShard> Shards(int t) {
-    return {{.name = "w", .dtype = kDtFloat, .shape = {16, 1000}, .box_start = {4 * t, 0}, .box_length = {4, 1000}, .data = rows.data(), .size = rows.size() * sizeof(float)},
-            {.name = "bias", .dtype = kDtInt64, .shape = {5}, .data = bias.data(), .size = bias.size() * sizeof(int64_t)}};
+    return {{.name = "w",
+             .dtype = kDtFloat,
+             .shape = {16, 1000},
+             .box_start = {4 * t, 0},
+             .box_length = {4, 1000},
+             .data = rows.data(),
+             .size = rows.size() * sizeof(float)},
+            {.name = "bias",
+             .dtype = kDtInt64,
+             .shape = {5},
+             .data = bias.data(),
+             .size = bias.size() * sizeof(int64_t)}};
   }
 };
 
@@ -76,10 +86,11 @@ class SharedMemoryTest : public ::testing::Test {
     std::vector<int64_t> bias(5);
     RestoreOptions options;
     options.transport = transport;
-    auto restored = client->Restore(run, step,
-                                    {{.name = "w", .dtype = 0, .data = w.data(), .size = w.size() * sizeof(float)},
-                                     {.name = "bias", .dtype = 0, .data = bias.data(), .size = bias.size() * sizeof(int64_t)}},
-                                    options);
+    auto restored = client->Restore(
+        run, step,
+        {{.name = "w", .dtype = 0, .data = w.data(), .size = w.size() * sizeof(float)},
+         {.name = "bias", .dtype = 0, .data = bias.data(), .size = bias.size() * sizeof(int64_t)}},
+        options);
     ASSERT_TRUE(restored.ok()) << restored.status();
     std::vector<float> want;
     for (int t = 0; t < 4; ++t) {
@@ -126,8 +137,8 @@ TEST_F(SharedMemoryTest, RestoreIntoATooSmallTargetIsInvalidArgument) {
   std::vector<float> w(16 * 999);
   RestoreOptions options;
   options.transport = Transport::kSharedMemory;
-  auto restored =
-      client->Restore("small", 1, {{.name = "w", .dtype = 0, .data = w.data(), .size = w.size() * sizeof(float)}}, options);
+  auto restored = client->Restore(
+      "small", 1, {{.name = "w", .dtype = 0, .data = w.data(), .size = w.size() * sizeof(float)}}, options);
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
 }
 
@@ -194,11 +205,15 @@ TEST_F(SharedMemoryTest, DaemonRefusesSegmentsItMustNotMapAndTheStepSurvives) {
   std::vector<int64_t> v = {1, 2, 3, 4, 5, 6, 7, 8};
   SaveOptions options;
   options.transport = Transport::kSharedMemory;
-  auto saved = client->Save("raw", 1, 0, 1, {{.name = "v", .dtype = kDtInt64, .shape = {8}, .data = v.data(), .size = v.size() * 8}}, options);
+  auto saved = client->Save(
+      "raw", 1, 0, 1,
+      {{.name = "v", .dtype = kDtInt64, .shape = {8}, .data = v.data(), .size = v.size() * 8}}, options);
   ASSERT_TRUE(saved.ok()) << saved.status();
   ASSERT_TRUE(client->Wait("raw", 1).ok());
   std::vector<int64_t> back(8);
-  ASSERT_TRUE(client->Restore("raw", 1, {{.name = "v", .dtype = 0, .data = back.data(), .size = back.size() * 8}}).ok());
+  ASSERT_TRUE(
+      client->Restore("raw", 1, {{.name = "v", .dtype = 0, .data = back.data(), .size = back.size() * 8}})
+          .ok());
   EXPECT_EQ(back, v);
 }
 

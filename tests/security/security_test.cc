@@ -29,7 +29,14 @@ std::string WriteConfig(const TempDir& dir, const std::string& name, const std::
 }
 
 absl::Status SaveSmall(Client& client, const std::string& run, int64_t step, std::vector<float>* data) {
-  RETURN_IF_ERROR(client.Save(run, step, 0, 1, {{.name = "w", .dtype = kDtFloat, .shape = {static_cast<int64_t>(data->size())}, .data = data->data(), .size = data->size() * 4}}).status());
+  RETURN_IF_ERROR(client
+                      .Save(run, step, 0, 1,
+                            {{.name = "w",
+                              .dtype = kDtFloat,
+                              .shape = {static_cast<int64_t>(data->size())},
+                              .data = data->data(),
+                              .size = data->size() * 4}})
+                      .status());
   return client.Wait(run, step);
 }
 
@@ -65,8 +72,8 @@ TEST(SecurityTest, PeersNotAllowedGetPermissionDenied) {
   EXPECT_NE(text.str().find("uid 65534 gid 65534: not allowed"), std::string::npos);
 
   // Allowed by group: the same peer is served.
-  const std::string allow = WriteConfig(configs, "allow.yaml",
-                                        "security:\n  socket_group: '65534'\n  allowed_gids: [65534]\n");
+  const std::string allow =
+      WriteConfig(configs, "allow.yaml", "security:\n  socket_group: '65534'\n  allowed_gids: [65534]\n");
   Cluster open(1, "", {"--config", allow});
   ASSERT_TRUE(open.Start().ok());
   ASSERT_EQ(::chmod(open.dir().c_str(), 0711), 0);
@@ -101,7 +108,11 @@ TEST(SecurityTest, PlantedSymlinksAreNotFollowed) {
   ASSERT_TRUE(PosixFileSystem()->Rename(store.StepDir("good", 1), JoinPath(outside.path(), "moved")).ok());
   ASSERT_EQ(::symlink(JoinPath(outside.path(), "moved").c_str(), store.StepDir("good", 1).c_str()), 0);
   std::vector<float> out(16);
-  absl::Status restored = client->Restore("good", 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .data = out.data(), .size = 64}}).status();
+  absl::Status restored =
+      client
+          ->Restore("good", 1,
+                    {RestoreTarget{.name = "w", .dtype = kDtFloat, .data = out.data(), .size = 64}})
+          .status();
   EXPECT_EQ(restored.code(), absl::StatusCode::kNotFound) << restored;
   EXPECT_EQ(client->ListCheckpoints("good")->checkpoints_size(), 0);
   EXPECT_EQ(cluster.Stop(), 0);
@@ -115,22 +126,31 @@ class TlsTest : public ::testing::Test {
     const std::string d = dir_.path();
     const std::string script = absl::StrCat(
         "set -e; cd ", d, "\n",
-        "for ca in ca other; do openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=$ca -keyout $ca.key -out $ca.crt; done\n",
+        "for ca in ca other; do openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=$ca -keyout "
+        "$ca.key -out $ca.crt; done\n",
         "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext\n",
         "openssl req -newkey rsa:2048 -nodes -subj /CN=server -keyout server.key -out server.csr\n",
-        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt\n",
-        "for c in client stranger expired; do openssl req -newkey rsa:2048 -nodes -subj /CN=$c -keyout $c.key -out $c.csr; done\n",
+        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext "
+        "-out server.crt\n",
+        "for c in client stranger expired; do openssl req -newkey rsa:2048 -nodes -subj /CN=$c -keyout "
+        "$c.key -out $c.csr; done\n",
         "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt\n",
-        "openssl x509 -req -in stranger.csr -CA other.crt -CAkey other.key -CAcreateserial -days 2 -out stranger.crt\n",
+        "openssl x509 -req -in stranger.csr -CA other.crt -CAkey other.key -CAcreateserial -days 2 -out "
+        "stranger.crt\n",
         "mkdir -p db/new; touch db/index.txt; echo 01 > db/serial\n",
-        "printf '[ca]\\ndefault_ca=c\\n[c]\\ndir=db\\ndatabase=db/index.txt\\nserial=db/serial\\nnew_certs_dir=db/new\\n"
+        "printf "
+        "'[ca]\\ndefault_ca=c\\n[c]\\ndir=db\\ndatabase=db/index.txt\\nserial=db/serial\\nnew_certs_dir=db/"
+        "new\\n"
         "default_md=sha256\\npolicy=p\\n[p]\\ncommonName=supplied\\n' > ca.cnf\n",
         "openssl ca -batch -config ca.cnf -cert ca.crt -keyfile ca.key -in expired.csr -out expired.crt "
         "-startdate 20200101000000Z -enddate 20200102000000Z\n");
     std::string out;
-    ASSERT_EQ(RunCommand(absl::StrCat("bash -c '", absl::StrReplaceAll(script, {{"'", "'\\''"}}), "'"), &out), 0) << out;
-    const std::string config = absl::StrCat("tcp:\n  address: 127.0.0.1:0\n  tls_cert: ", d, "/server.crt\n  tls_key: ", d,
-                                            "/server.key\n  tls_ca: ", d, "/ca.crt\n");
+    ASSERT_EQ(RunCommand(absl::StrCat("bash -c '", absl::StrReplaceAll(script, {{"'", "'\\''"}}), "'"), &out),
+              0)
+        << out;
+    const std::string config =
+        absl::StrCat("tcp:\n  address: 127.0.0.1:0\n  tls_cert: ", d, "/server.crt\n  tls_key: ", d,
+                     "/server.key\n  tls_ca: ", d, "/ca.crt\n");
     std::ofstream(dir_.Sub("tls.yaml")) << config;
     cluster_ = std::make_unique<Cluster>(1, "", std::vector<std::string>{"--config", dir_.Sub("tls.yaml")});
     ASSERT_TRUE(cluster_->Start().ok());
@@ -143,7 +163,8 @@ class TlsTest : public ::testing::Test {
     }
   }
   absl::Status StatusOver(const std::string& who) {
-    TlsFiles tls{who.empty() ? "" : dir_.Sub(who + ".crt"), who.empty() ? "" : dir_.Sub(who + ".key"), dir_.Sub("ca.crt")};
+    TlsFiles tls{who.empty() ? "" : dir_.Sub(who + ".crt"), who.empty() ? "" : dir_.Sub(who + ".key"),
+                 dir_.Sub("ca.crt")};
     auto client = Client::Connect(address_, absl::Seconds(3), &tls);
     if (!client.ok()) return client.status();
     return (*client)->Status().status();
@@ -162,8 +183,9 @@ TEST_F(TlsTest, OnlyClientsWithAValidCertificateFromTheCaAreServed) {
   EXPECT_FALSE(Client::Connect(address_, absl::Seconds(2)).ok() &&
                (*Client::Connect(address_, absl::Seconds(2)))->Status().ok());
   std::string out;
-  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " status --address ", address_, " --tls-cert ", dir_.Sub("client.crt"),
-                                    " --tls-key ", dir_.Sub("client.key"), " --tls-ca ", dir_.Sub("ca.crt")),
+  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " status --address ", address_, " --tls-cert ",
+                                    dir_.Sub("client.crt"), " --tls-key ", dir_.Sub("client.key"),
+                                    " --tls-ca ", dir_.Sub("ca.crt")),
                        &out),
             0)
       << out;
@@ -183,9 +205,9 @@ TEST(SecurityTest, TcpWithoutTlsIsRefusedAtStartUp) {
 TEST(SecurityTest, HundredConcurrentClientsStayWithinLimits) {
   TempDir configs;
   constexpr int64_t kBudget = 4 << 20;
-  const std::string config = WriteConfig(configs, "c.yaml",
-                                         absl::StrCat("staging:\n  memory_limit: ", kBudget,
-                                                      "\nlimits:\n  max_concurrent_rpcs: 16\n"));
+  const std::string config = WriteConfig(
+      configs, "c.yaml",
+      absl::StrCat("staging:\n  memory_limit: ", kBudget, "\nlimits:\n  max_concurrent_rpcs: 16\n"));
   Cluster cluster(2, "", {"--config", config});
   ASSERT_TRUE(cluster.Start().ok());
   std::atomic<int> ok{0}, refused{0};
@@ -199,12 +221,17 @@ TEST(SecurityTest, HundredConcurrentClientsStayWithinLimits) {
     absl::Status s = SaveSmall(**client, run, 1, &data);
     std::vector<float> back(data.size());
     if (s.ok()) {
-      s = (*client)->Restore(run, 1, {RestoreTarget{.name = "w", .dtype = kDtFloat, .data = back.data(), .size = back.size() * 4}}).status();
+      s = (*client)
+              ->Restore(run, 1,
+                        {RestoreTarget{
+                            .name = "w", .dtype = kDtFloat, .data = back.data(), .size = back.size() * 4}})
+              .status();
       if (s.ok() && back != data) s = absl::DataLossError("restored bytes differ");
     }
     if (s.ok()) {
       ++ok;
-    } else if (s.code() == absl::StatusCode::kResourceExhausted || s.code() == absl::StatusCode::kUnavailable) {
+    } else if (s.code() == absl::StatusCode::kResourceExhausted ||
+               s.code() == absl::StatusCode::kUnavailable) {
       ++refused;
     } else {
       std::lock_guard<std::mutex> lock(mu);
@@ -222,7 +249,8 @@ TEST(SecurityTest, HundredConcurrentClientsStayWithinLimits) {
     EXPECT_EQ(status->staging_memory_limit(), kBudget);
     EXPECT_EQ(status->bytes_staged(), 0);
   }
-  std::printf("load test: 100 clients, %d served, %d refused with a clear status\n", ok.load(), refused.load());
+  std::printf("load test: 100 clients, %d served, %d refused with a clear status\n", ok.load(),
+              refused.load());
   EXPECT_EQ(cluster.Stop(), 0);
 }
 
@@ -254,10 +282,11 @@ TEST(SecurityTest, CheckpointsArePrivateToTheirOwner) {
   EXPECT_EQ(cluster.Stop(), 0);
   const CheckpointStore store(PosixFileSystem(), cluster.root());
   const std::string step = store.StepDir("private", 1);
-  for (const std::string& dir : {cluster.root(), store.RunDir("private"), step}) EXPECT_EQ(Mode(dir), "0700") << dir;
-  const std::vector<std::string> files = {IndexPath(CheckpointStore::Prefix(step)),
-                                          DataPath(CheckpointStore::Prefix(step), 0, 1), JoinPath(step, "ckptd.json"),
-                                          JoinPath(store.RunDir("private"), "checkpoint")};
+  for (const std::string& dir : {cluster.root(), store.RunDir("private"), step})
+    EXPECT_EQ(Mode(dir), "0700") << dir;
+  const std::vector<std::string> files = {
+      IndexPath(CheckpointStore::Prefix(step)), DataPath(CheckpointStore::Prefix(step), 0, 1),
+      JoinPath(step, "ckptd.json"), JoinPath(store.RunDir("private"), "checkpoint")};
   for (const std::string& file : files) EXPECT_EQ(Mode(file), "0600") << file;
   // Even with every directory on the way opened up, another user reads no file.
   for (const std::string& dir : {cluster.dir(), cluster.root(), store.RunDir("private"), step}) {
@@ -265,7 +294,8 @@ TEST(SecurityTest, CheckpointsArePrivateToTheirOwner) {
   }
   for (const std::string& file : files) {
     std::string out;
-    EXPECT_NE(RunCommand(absl::StrCat("setpriv --reuid 65534 --regid 65534 --clear-groups cat ", file), &out), 0)
+    EXPECT_NE(RunCommand(absl::StrCat("setpriv --reuid 65534 --regid 65534 --clear-groups cat ", file), &out),
+              0)
         << file << " is readable by uid 65534";
   }
 }
@@ -305,7 +335,8 @@ TEST(SecurityTest, RootOrSocketDirectoryOfAnotherUserOrWritableByOthersIsRefused
   const std::vector<Case> cases = {
       {absl::StrCat("--root ", squatted, " --socket ", dir.Sub("s1/ckptd.sock")), "is owned by uid 65534"},
       {absl::StrCat("--root ", open, " --socket ", dir.Sub("s2/ckptd.sock")), "is writable by every user"},
-      {absl::StrCat("--root ", dir.Sub("root3"), " --socket ", sockets, "/ckptd.sock"), "is owned by uid 65534"},
+      {absl::StrCat("--root ", dir.Sub("root3"), " --socket ", sockets, "/ckptd.sock"),
+       "is owned by uid 65534"},
   };
   for (const Case& c : cases) {
     std::string out;
@@ -325,14 +356,19 @@ TEST(SecurityTest, SecondDaemonOnTheSameSocketOrRootRefusesNamingTheHolder) {
   TempDir other;
   std::string out;
   // Same socket, another root: the running daemon keeps its socket.
-  EXPECT_EQ(RunDaemons({absl::StrCat("--root ", other.Sub("root"), " --socket ", first.Address(0))}, &out), 2) << out;
-  EXPECT_NE(out.find(absl::StrCat("socket ", first.Address(0), " is in use by another ckptd (pid ", holder, ",")),
-            std::string::npos)
+  EXPECT_EQ(RunDaemons({absl::StrCat("--root ", other.Sub("root"), " --socket ", first.Address(0))}, &out), 2)
+      << out;
+  EXPECT_NE(
+      out.find(absl::StrCat("socket ", first.Address(0), " is in use by another ckptd (pid ", holder, ",")),
+      std::string::npos)
       << out;
   // Same root and rank, another socket.
-  EXPECT_EQ(RunDaemons({absl::StrCat("--root ", first.root(), " --socket ", other.Sub("sock/ckptd.sock"))}, &out), 2)
+  EXPECT_EQ(
+      RunDaemons({absl::StrCat("--root ", first.root(), " --socket ", other.Sub("sock/ckptd.sock"))}, &out),
+      2)
       << out;
-  EXPECT_NE(out.find(absl::StrCat("is in use by another ckptd (pid ", holder, ",")), std::string::npos) << out;
+  EXPECT_NE(out.find(absl::StrCat("is in use by another ckptd (pid ", holder, ",")), std::string::npos)
+      << out;
   // The first daemon still serves on its socket.
   std::vector<float> data(8, 3.0f);
   EXPECT_TRUE(SaveSmall(*first.Connect(0), "still", 1, &data).ok());

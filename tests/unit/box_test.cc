@@ -37,9 +37,7 @@ TEST(BoxTest, TilingOverlap) {
   EXPECT_NE(s.message().find("overlap"), absl::string_view::npos);
 }
 
-TEST(BoxTest, ScalarTiling) {
-  EXPECT_TRUE(CheckTiling({Box{}}, {}, "s").ok());
-}
+TEST(BoxTest, ScalarTiling) { EXPECT_TRUE(CheckTiling({Box{}}, {}, "s").ok()); }
 
 TEST(BoxTest, CheckBoxInShape) {
   EXPECT_TRUE(CheckBoxInShape(Box{{1, 0}, {3, 4}}, {4, 4}).ok());
@@ -74,7 +72,8 @@ TEST(BoxTest, ContiguousOffsetMatchesBruteForce) {
               for (int64_t i = s0; i < s0 + l0; ++i)
                 for (int64_t j = s1; j < s1 + l1; ++j)
                   for (int64_t k = s2; k < s2 + l2; ++k) indices.push_back((i * 4 + j) * 5 + k);
-              const bool consecutive = indices.back() - indices.front() + 1 == static_cast<int64_t>(indices.size());
+              const bool consecutive =
+                  indices.back() - indices.front() + 1 == static_cast<int64_t>(indices.size());
               std::optional<int64_t> got = ContiguousOffset(inner, outer);
               ASSERT_EQ(got.has_value(), consecutive) << inner.ToString();
               if (got.has_value()) {
@@ -98,7 +97,8 @@ TEST(BoxTest, CopyRegionAssemblesAcrossBoxes) {
     std::vector<int32_t> out;
     for (int64_t i = 0; i < b.length[0]; ++i)
       for (int64_t j = 0; j < b.length[1]; ++j)
-        for (int64_t k = 0; k < b.length[2]; ++k) out.push_back(value(b.start[0] + i, b.start[1] + j, b.start[2] + k));
+        for (int64_t k = 0; k < b.length[2]; ++k)
+          out.push_back(value(b.start[0] + i, b.start[1] + j, b.start[2] + k));
     return out;
   };
   std::vector<Box> pieces = {Box{{0, 0, 0}, {2, 3, 5}}, Box{{0, 3, 0}, {2, 3, 5}}, Box{{2, 0, 0}, {2, 6, 2}},
@@ -110,7 +110,8 @@ TEST(BoxTest, CopyRegionAssemblesAcrossBoxes) {
     auto common = Intersect(p, want);
     if (!common) continue;
     std::vector<int32_t> src = fill(p);
-    CopyRegion(*common, p, reinterpret_cast<const char*>(src.data()), want, reinterpret_cast<char*>(got.data()), 4);
+    CopyRegion(*common, p, reinterpret_cast<const char*>(src.data()), want,
+               reinterpret_cast<char*>(got.data()), 4);
   }
   EXPECT_EQ(got, fill(want));
 }

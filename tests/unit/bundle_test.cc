@@ -1,13 +1,12 @@
 #include "daemon/bundle/bundle.h"
-#include "daemon/bundle/checkpoint_meta.h"
 
 #include <gtest/gtest.h>
 
-#include "absl/strings/escaping.h"
-
 #include <numeric>
 
+#include "absl/strings/escaping.h"
 #include "daemon/base/dtype.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
 #include "daemon/bundle/ordered_code.h"
 #include "tests/common/temp_dir.h"
@@ -29,8 +28,8 @@ class BundleTest : public ::testing::Test {
     int64_t scalar = 42;
     std::string shard0, shard1;
     IndexBuilder index(2);
-    auto add = [&](std::string* file, int shard, const std::string& key, int dtype, Shape shape, const void* data,
-                   size_t n) {
+    auto add = [&](std::string* file, int shard, const std::string& key, int dtype, Shape shape,
+                   const void* data, size_t n) {
       tf::BundleEntryProto e;
       e.set_dtype(dtype);
       *e.mutable_shape() = ShapeToProto(shape);
@@ -50,8 +49,8 @@ class BundleTest : public ::testing::Test {
     for (int s = 0; s < 2; ++s) {
       Box box{{2 * s, 0}, {2, 3}};
       *full.add_slices() = BoxToSliceProto(box, mat_shape);
-      add(s == 0 ? &shard0 : &shard1, s, ordered_code::EncodeTensorNameSlice("mat", box, mat_shape), kFloat, {2, 3},
-          mat.data() + 6 * s, 24);
+      add(s == 0 ? &shard0 : &shard1, s, ordered_code::EncodeTensorNameSlice("mat", box, mat_shape), kFloat,
+          {2, 3}, mat.data() + 6 * s, 24);
     }
     ASSERT_TRUE(index.Add("mat", full).ok());
     auto bytes = index.Finish();
@@ -191,8 +190,10 @@ TEST(BundleHostileIndexTest, PastTheEndAndAbsurdSizesAreDataLoss) {
   tf::BundleEntryProto sliced = entry(kFloat, {int64_t{1} << 40}, 0, 0);
   *sliced.add_slices() = BoxToSliceProto(Box{{0}, {2}}, {int64_t{1} << 40});
   ASSERT_TRUE(index.Add("sparse", sliced).ok());
-  ASSERT_TRUE(index.Add(ordered_code::EncodeTensorNameSlice("sparse", Box{{0}, {2}}, {int64_t{1} << 40}),
-                        entry(kFloat, {2}, 0, 8)).ok());
+  ASSERT_TRUE(index
+                  .Add(ordered_code::EncodeTensorNameSlice("sparse", Box{{0}, {2}}, {int64_t{1} << 40}),
+                       entry(kFloat, {2}, 0, 8))
+                  .ok());
   auto bytes = index.Finish();
   ASSERT_TRUE(bytes.ok());
   ASSERT_TRUE(fs()->WriteFileAtomically(IndexPath(prefix), *bytes).ok());
@@ -243,19 +244,21 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
                       .created_unix = 1700000000,
                       .bytes_per_host = {10, 20}};
   meta.hosts.push_back({.rank = 1, .file = "ckpt.data-00001-of-00002", .bytes = 20, .write_seconds = 0.5});
-  meta.tensors.push_back({.name = "w",
-                          .dtype = "float",
-                          .shape = {4, 2},
-                          .boxes = {{.box = Box{{0, 0}, {2, 2}}, .writer = 0}, {.box = Box{{2, 0}, {2, 2}}, .writer = 1}},
-                          .layout = "sharding_specs:x,unsharded, mesh:|x=2|0,1|0|/d:0"});
+  meta.tensors.push_back(
+      {.name = "w",
+       .dtype = "float",
+       .shape = {4, 2},
+       .boxes = {{.box = Box{{0, 0}, {2, 2}}, .writer = 0}, {.box = Box{{2, 0}, {2, 2}}, .writer = 1}},
+       .layout = "sharding_specs:x,unsharded, mesh:|x=2|0,1|0|/d:0"});
   meta.commit_seconds = 1.25;
   auto back = CheckpointMeta::FromJson(meta.ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToJson(), meta.ToJson());
   EXPECT_EQ(back->tensors[0].boxes[1].box, (Box{{2, 0}, {2, 2}}));
   EXPECT_EQ(back->hosts[0].file, "ckpt.data-00001-of-00002");
-  for (const std::string& bad : {std::string("[]"), std::string("{\"format\": \"other/1\"}"),
-                                 std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{")}) {
+  for (const std::string& bad :
+       {std::string("[]"), std::string("{\"format\": \"other/1\"}"),
+        std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{")}) {
     EXPECT_EQ(CheckpointMeta::FromJson(bad).status().code(), absl::StatusCode::kDataLoss) << bad;
   }
 }
@@ -282,7 +285,7 @@ TEST(DataFileWriterTest, AlignsLargeEntriesAndTheIndexReadsWhatItWrote) {
   auto c = (*writer)->Append(kFloat, 2, view(tail));
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->offset, 0);
-  EXPECT_EQ(b->offset, 4096);  // 1 MiB or more: padded to a 4 KiB boundary
+  EXPECT_EQ(b->offset, 4096);              // 1 MiB or more: padded to a 4 KiB boundary
   EXPECT_EQ(c->offset, 4096 + (2 << 20));  // small entries follow directly
   EXPECT_EQ(a->crc32c, *EntryChecksum(kFloat, 3, reinterpret_cast<const char*>(small.data()), 12));
   ASSERT_TRUE((*writer)->Finish().ok());
@@ -297,10 +300,13 @@ TEST(DataFileWriterTest, AlignsLargeEntriesAndTheIndexReadsWhatItWrote) {
     e.set_crc32c(w.crc32c);
     return e;
   };
-  ASSERT_TRUE(index.AddTensor("w", kFloat, {5}, {{Box{{0}, {3}}, entry(*a, 12)}, {Box{{3}, {2}}, entry(*c, 8)}}).ok());
   ASSERT_TRUE(
-      index.AddTensor("big", kFloat, {static_cast<int64_t>(large.size())}, {{Box::Full({static_cast<int64_t>(large.size())}), entry(*b, large.size() * 4)}})
+      index.AddTensor("w", kFloat, {5}, {{Box{{0}, {3}}, entry(*a, 12)}, {Box{{3}, {2}}, entry(*c, 8)}})
           .ok());
+  ASSERT_TRUE(index
+                  .AddTensor("big", kFloat, {static_cast<int64_t>(large.size())},
+                             {{Box::Full({static_cast<int64_t>(large.size())}), entry(*b, large.size() * 4)}})
+                  .ok());
   auto bytes = index.Finish();
   ASSERT_TRUE(bytes.ok());
   ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(IndexPath(prefix), *bytes).ok());

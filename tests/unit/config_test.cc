@@ -1,10 +1,11 @@
 #include "daemon/base/config.h"
-#include "daemon/base/status.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
+
+#include "daemon/base/status.h"
 
 namespace ckptd {
 namespace {
@@ -16,7 +17,8 @@ TEST(ConfigTest, Defaults) {
 }
 
 TEST(ConfigTest, ParsesKeys) {
-  auto c = ParseConfig("socket_path: /run/x/{rank}.sock\nroot: /data\ncommit:\n  timeout: 1500ms\nlog_level: debug\n");
+  auto c = ParseConfig(
+      "socket_path: /run/x/{rank}.sock\nroot: /data\ncommit:\n  timeout: 1500ms\nlog_level: debug\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->root, "/data");
   EXPECT_EQ(c->commit_timeout, absl::Milliseconds(1500));

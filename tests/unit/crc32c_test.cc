@@ -18,7 +18,8 @@ TEST(Crc32cTest, KnownValues) {
 TEST(Crc32cTest, ExtendEqualsWhole) {
   std::string data = "hello, checkpoint world; a longer string to cross 8-byte words";
   for (size_t cut = 0; cut <= data.size(); ++cut) {
-    EXPECT_EQ(Extend(Value(data.data(), cut), data.data() + cut, data.size() - cut), Value(data.data(), data.size()));
+    EXPECT_EQ(Extend(Value(data.data(), cut), data.data() + cut, data.size() - cut),
+              Value(data.data(), data.size()));
   }
 }
 

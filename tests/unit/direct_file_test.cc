@@ -30,10 +30,10 @@ void ReadRangesAndCheck(FileSystem* fs, const std::string& path, const std::stri
   auto file = fs->NewRandomAccessFile(path);
   ASSERT_TRUE(file.ok()) << file.status();
   Aligned dst((16 << 20) + 4096);
-  const std::vector<std::tuple<uint64_t, size_t, size_t>> reads = {  // offset, size, dst offset
-      {0, 1 << 20, 0},           {4096, (5 << 20) + 123, 0}, {8192, 300 << 10, 1},
-      {7, 1 << 20, 0},           {0, 100, 0},                {4096 * 5, 16 << 20, 4096},
-      {0, expected.size(), 0}};
+  const std::vector<std::tuple<uint64_t, size_t, size_t>> reads = {
+      // offset, size, dst offset
+      {0, 1 << 20, 0}, {4096, (5 << 20) + 123, 0}, {8192, 300 << 10, 1},   {7, 1 << 20, 0},
+      {0, 100, 0},     {4096 * 5, 16 << 20, 4096}, {0, expected.size(), 0}};
   for (const auto& [offset, size, at] : reads) {
     if (offset + size > expected.size() || at + size > (16u << 20) + 4096) continue;
     std::memset(dst.data + at, 0, size);

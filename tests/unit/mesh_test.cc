@@ -84,7 +84,8 @@ TEST(MeshTest, MalformedLayoutsAreNamed) {
     auto layout = ParseLayout(text);
     ASSERT_FALSE(layout.ok()) << text;
     EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(layout.status().message().find(needle), absl::string_view::npos) << text << ": " << layout.status();
+    EXPECT_NE(layout.status().message().find(needle), absl::string_view::npos)
+        << text << ": " << layout.status();
   }
 }
 
@@ -138,14 +139,18 @@ TEST(MeshCoverageTest, AcceptsExactCoverAndRecordsMeshWithoutLocalParts) {
 TEST(MeshCoverageTest, RejectsDisagreementGapsAndDoubleClaims) {
   const std::string mesh = "|x=4|0,1,2,3|||";
   EXPECT_NE(CheckMeshCoverage({{0, 0, mesh, {0, 1}}, {1, 1, "|x=2,y=2|0,1,2,3|||", {2, 3}}})
-                .status().message().find("disagree"),
+                .status()
+                .message()
+                .find("disagree"),
             absl::string_view::npos);
   EXPECT_NE(CheckMeshCoverage({{0, 0, mesh, {0, 1}}, {1, 1, mesh, {2}}}).status().message().find("devices 3"),
             absl::string_view::npos);
-  EXPECT_NE(CheckMeshCoverage({{0, 0, mesh, {0, 1, 2}}, {1, 1, mesh, {2, 3}}}).status().message().find("device 2"),
-            absl::string_view::npos);
-  EXPECT_NE(CheckMeshCoverage({{0, 0, mesh, {0, 1, 2, 3}}, {1, 1, "", {}}}).status().message().find("no mesh"),
-            absl::string_view::npos);
+  EXPECT_NE(
+      CheckMeshCoverage({{0, 0, mesh, {0, 1, 2}}, {1, 1, mesh, {2, 3}}}).status().message().find("device 2"),
+      absl::string_view::npos);
+  EXPECT_NE(
+      CheckMeshCoverage({{0, 0, mesh, {0, 1, 2, 3}}, {1, 1, "", {}}}).status().message().find("no mesh"),
+      absl::string_view::npos);
 }
 
 float FromBits(uint32_t b) {
@@ -175,8 +180,8 @@ TEST(CastTest, HalfRoundsToNearestEvenWithSubnormalsAndOverflow) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(FloatToHalf(-2.5f), 0xc100);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);   // below the tie with infinity
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);   // tie rounds to even: infinity
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);  // below the tie with infinity
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // tie rounds to even: infinity
   EXPECT_EQ(FloatToHalf(1e10f), 0x7c00);
   EXPECT_EQ(FloatToHalf(FromBits(0x33800000)), 0x0001);  // 2^-24, smallest subnormal
   EXPECT_EQ(FloatToHalf(FromBits(0x33000000)), 0x0000);  // 2^-25: tie with zero, even
@@ -199,10 +204,14 @@ TEST(CastTest, HalfRoundsToNearestEvenWithSubnormalsAndOverflow) {
 TEST(CastTest, ConvertElementsPairs) {
   std::vector<float> in = {1.5f, -0.0f, 3.0e38f};
   std::vector<uint16_t> bf(3), h(3);
-  ASSERT_TRUE(ConvertElements(1, reinterpret_cast<const char*>(in.data()), 14, reinterpret_cast<char*>(bf.data()), 3).ok());
+  ASSERT_TRUE(
+      ConvertElements(1, reinterpret_cast<const char*>(in.data()), 14, reinterpret_cast<char*>(bf.data()), 3)
+          .ok());
   EXPECT_EQ(bf[0], 0x3fc0);
   EXPECT_EQ(bf[1], 0x8000);
-  ASSERT_TRUE(ConvertElements(14, reinterpret_cast<const char*>(bf.data()), 19, reinterpret_cast<char*>(h.data()), 3).ok());
+  ASSERT_TRUE(
+      ConvertElements(14, reinterpret_cast<const char*>(bf.data()), 19, reinterpret_cast<char*>(h.data()), 3)
+          .ok());
   EXPECT_EQ(h[0], 0x3e00);
   EXPECT_EQ(h[2], 0x7c00);  // too large for half
   EXPECT_EQ(ConvertElements(1, nullptr, 9, nullptr, 0).code(), absl::StatusCode::kInvalidArgument);

@@ -36,8 +36,9 @@ TEST(OrderedCodeTest, SignedNumbersKnownEncodings) {
 }
 
 TEST(OrderedCodeTest, SignedEncodingPreservesOrder) {
-  std::vector<int64_t> values = {INT64_MIN, -(int64_t{1} << 40), -100000, -8193, -8192, -65, -64, -1, 0, 1,
-                                 63, 64, 8191, 8192, 100000, int64_t{1} << 40, INT64_MAX};
+  std::vector<int64_t> values = {
+      INT64_MIN, -(int64_t{1} << 40), -100000,  -8193, -8192, -65, -64, -1, 0, 1, 63, 64, 8191, 8192,
+      100000,    int64_t{1} << 40,    INT64_MAX};
   std::string prev;
   for (size_t i = 0; i < values.size(); ++i) {
     std::string cur;

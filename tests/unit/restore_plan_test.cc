@@ -50,8 +50,8 @@ class RestorePlanTest : public ::testing::Test {
     for (int s = 0; s < 2; ++s) {
       const Box box{{2 * s, 0}, {2, 6}};
       *full.add_slices() = BoxToSliceProto(box, m_shape);
-      add(s == 0 ? &shard0 : &shard1, s, ordered_code::EncodeTensorNameSlice("m", box, m_shape), kFloat, {2, 6},
-          m_.data() + 12 * s, 48);
+      add(s == 0 ? &shard0 : &shard1, s, ordered_code::EncodeTensorNameSlice("m", box, m_shape), kFloat,
+          {2, 6}, m_.data() + 12 * s, 48);
     }
     ASSERT_TRUE(index.Add("m", full).ok());
     add(&shard1, 1, "v", kInt64, {5}, v_.data(), 40);
@@ -59,9 +59,9 @@ class RestorePlanTest : public ::testing::Test {
     add(&shard0, 0, TrainerStateName(3, "it"), kString, {}, state.data(), state.size());
     auto bytes = index.Finish();
     ASSERT_TRUE(bytes.ok());
-    for (const auto& [path, contents] : {std::make_pair(IndexPath(prefix_), *bytes),
-                                         std::make_pair(DataPath(prefix_, 0, 2), shard0),
-                                         std::make_pair(DataPath(prefix_, 1, 2), shard1)}) {
+    for (const auto& [path, contents] :
+         {std::make_pair(IndexPath(prefix_), *bytes), std::make_pair(DataPath(prefix_, 0, 2), shard0),
+          std::make_pair(DataPath(prefix_, 1, 2), shard1)}) {
       ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(path, contents).ok());
     }
     auto reader = BundleReader::Open(PosixFileSystem(), prefix_);
@@ -147,7 +147,8 @@ TEST_F(RestorePlanTest, RefusesBadWantsNamingTheField) {
       {{.name = "v", .dtype = kFloat}, absl::StatusCode::kInvalidArgument, "tensors[0].dtype"},
       {{.name = "m", .shape = {6, 4}}, absl::StatusCode::kInvalidArgument, "tensors[0].shape"},
       {{.name = "m", .box = Box{{3, 0}, {2, 6}}}, absl::StatusCode::kInvalidArgument, "tensors[0].box"},
-      {{.name = "m", .layout = std::vector<std::string>{"x", "y"}}, absl::StatusCode::kInvalidArgument,
+      {{.name = "m", .layout = std::vector<std::string>{"x", "y"}},
+       absl::StatusCode::kInvalidArgument,
        "declares no mesh"},
   };
   for (const Case& c : cases) {

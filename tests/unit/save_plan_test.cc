@@ -40,7 +40,8 @@ TEST(SavePlanTest, BalancesReplicatedBytesAcrossHosts) {
   // 64 equal fully replicated tensors on 4 hosts: each host should write 16.
   std::vector<ShardRef> shards;
   for (int i = 0; i < 64; ++i)
-    for (int h = 0; h < 4; ++h) shards.push_back(Shard("t" + std::to_string(i), {256}, Box{{0}, {256}}, h, h));
+    for (int h = 0; h < 4; ++h)
+      shards.push_back(Shard("t" + std::to_string(i), {256}, Box{{0}, {256}}, h, h));
   auto plan = MakeSavePlan(shards, 4);
   ASSERT_TRUE(plan.ok());
   for (int64_t bytes : plan->bytes_per_host) EXPECT_EQ(bytes, 16 * 256 * 4);
@@ -49,16 +50,19 @@ TEST(SavePlanTest, BalancesReplicatedBytesAcrossHosts) {
 TEST(SavePlanTest, DeterministicAcrossInputOrder) {
   std::vector<ShardRef> shards;
   for (int i = 0; i < 10; ++i)
-    for (int h = 0; h < 3; ++h) shards.push_back(Shard("t" + std::to_string(i), {i + 1}, Box{{0}, {i + 1}}, h, h));
+    for (int h = 0; h < 3; ++h)
+      shards.push_back(Shard("t" + std::to_string(i), {i + 1}, Box{{0}, {i + 1}}, h, h));
   auto a = MakeSavePlan(shards, 3);
   std::reverse(shards.begin(), shards.end());
   auto b = MakeSavePlan(shards, 3);
   ASSERT_TRUE(a.ok() && b.ok());
-  for (size_t i = 0; i < a->tensors.size(); ++i) EXPECT_EQ(a->tensors[i].boxes[0].writer, b->tensors[i].boxes[0].writer);
+  for (size_t i = 0; i < a->tensors.size(); ++i)
+    EXPECT_EQ(a->tensors[i].boxes[0].writer, b->tensors[i].boxes[0].writer);
 }
 
 TEST(SavePlanTest, DtypeMismatchNamesTensor) {
-  auto plan = MakeSavePlan({Shard("w", {4}, Box{{0}, {2}}, 0, 0, 1), Shard("w", {4}, Box{{2}, {2}}, 1, 1, 9)}, 2);
+  auto plan =
+      MakeSavePlan({Shard("w", {4}, Box{{0}, {2}}, 0, 0, 1), Shard("w", {4}, Box{{2}, {2}}, 1, 1, 9)}, 2);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(plan.status().message().find("'w'"), absl::string_view::npos);
 }
@@ -70,7 +74,8 @@ TEST(SavePlanTest, ShapeMismatchNamesTensor) {
 }
 
 TEST(SavePlanTest, OverlapAndGapFail) {
-  auto overlap = MakeSavePlan({Shard("w", {4}, Box{{0}, {3}}, 0, 0), Shard("w", {4}, Box{{2}, {2}}, 1, 1)}, 2);
+  auto overlap =
+      MakeSavePlan({Shard("w", {4}, Box{{0}, {3}}, 0, 0), Shard("w", {4}, Box{{2}, {2}}, 1, 1)}, 2);
   EXPECT_EQ(overlap.status().code(), absl::StatusCode::kInvalidArgument);
   auto gap = MakeSavePlan({Shard("w", {4}, Box{{0}, {2}}, 0, 0)}, 1);
   EXPECT_EQ(gap.status().code(), absl::StatusCode::kInvalidArgument);

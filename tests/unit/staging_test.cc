@@ -1,10 +1,10 @@
 // StagingArea: the budget, the reuse pool, borrowed memory.
-#include "daemon/staging/staging_area.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
+
+#include "daemon/staging/staging_area.h"
 
 namespace ckptd {
 namespace {
@@ -29,7 +29,10 @@ TEST(StagingAreaTest, FreedBufferIsReusedForTheSameSize) {
 
 TEST(StagingAreaTest, PooledMemoryGivesWayToNewAllocations) {
   StagingArea area(1 << 20);
-  { auto a = area.Allocate(600 << 10); ASSERT_TRUE(a.ok()); }
+  {
+    auto a = area.Allocate(600 << 10);
+    ASSERT_TRUE(a.ok());
+  }
   EXPECT_EQ(area.pooled_bytes(), 600 << 10);
   // A much smaller request does not take the big buffer, and the pool shrinks so that
   // staged plus pooled stays under the budget.

@@ -1,9 +1,8 @@
-#include "daemon/store/checkpoint_store.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include "daemon/bundle/bundle.h"
+#include "daemon/store/checkpoint_store.h"
 #include "tests/common/temp_dir.h"
 
 namespace ckptd {
@@ -27,7 +26,8 @@ TEST(CheckpointStoreTest, RetentionKeepsNewestLastEveryKthAndProtected) {
   auto removed = store.ApplyRetention("run", 2, 3, {1}, false);
   ASSERT_TRUE(removed.ok());
   EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{1, 3, 6, 7, 8}));
-  auto state = ParseCheckpointState(*store.fs()->ReadFileToString(JoinPath(store.RunDir("run"), "checkpoint"), 4096));
+  auto state =
+      ParseCheckpointState(*store.fs()->ReadFileToString(JoinPath(store.RunDir("run"), "checkpoint"), 4096));
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->model_checkpoint_path, "step-00000008/ckpt");
   EXPECT_EQ(state->all_model_checkpoint_paths.size(), 5u);

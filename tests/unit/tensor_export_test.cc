@@ -20,7 +20,8 @@ TEST(NpyHeaderTest, MatchesNumpyFormatOne) {
   EXPECT_EQ(h->substr(10).find("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }"), 0u);
   EXPECT_EQ(h->back(), '\n');
   EXPECT_NE(NpyHeader(kInt64, {2, 5})->find("'shape': (2, 5)"), std::string::npos);
-  EXPECT_NE(NpyHeader(kBool, {})->find("'descr': '|b1', 'fortran_order': False, 'shape': ()"), std::string::npos);
+  EXPECT_NE(NpyHeader(kBool, {})->find("'descr': '|b1', 'fortran_order': False, 'shape': ()"),
+            std::string::npos);
   EXPECT_EQ(NpyHeader(kBfloat16, {2}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(NpyHeader(kString, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -40,30 +41,28 @@ TEST(SafetensorsTest, HeaderIsAlignedAndOffsetsAreContiguous) {
   const std::string path = dir.Sub("m.safetensors");
   std::vector<ExportTensor> tensors = {{"a", kFloat, {2}}, {"b", kInt8, {3}}};
   const std::vector<std::string> bytes = {std::string(8, 'a'), std::string(3, 'b')};
-  ASSERT_TRUE(WriteSafetensors(PosixFileSystem(), path, tensors, {{"step", "7"}},
-                               [&](size_t i, std::string* out) {
-                                 *out = bytes[i];
-                                 return absl::OkStatus();
-                               })
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(PosixFileSystem(), path, tensors, {{"step", "7"}}, [&](size_t i, std::string* out) {
+        *out = bytes[i];
+        return absl::OkStatus();
+      }).ok());
   auto blob = PosixFileSystem()->ReadFileToString(path, 1 << 20);
   ASSERT_TRUE(blob.ok());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>((*blob)[i])) << (8 * i);
   EXPECT_EQ(n % 8, 0u);
   const std::string header = blob->substr(8, n);
-  EXPECT_EQ(header.find(R"({"__metadata__":{"step":"7"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                        R"("b":{"dtype":"I8","shape":[3],"data_offsets":[8,11]}})"),
-            0u)
+  EXPECT_EQ(
+      header.find(R"({"__metadata__":{"step":"7"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("b":{"dtype":"I8","shape":[3],"data_offsets":[8,11]}})"),
+      0u)
       << header;
   EXPECT_EQ(blob->substr(8 + n), "aaaaaaaabbb");
   // A reader that delivers the wrong byte count fails the export.
-  EXPECT_FALSE(WriteSafetensors(PosixFileSystem(), path, tensors, {},
-                                [&](size_t, std::string* out) {
-                                  *out = "x";
-                                  return absl::OkStatus();
-                                })
-                   .ok());
+  EXPECT_FALSE(WriteSafetensors(PosixFileSystem(), path, tensors, {}, [&](size_t, std::string* out) {
+                 *out = "x";
+                 return absl::OkStatus();
+               }).ok());
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ std::string FindPrefix(const std::string& dir) {
   auto names = fs->ListDir(dir);
   if (!names.ok()) return "";
   for (const std::string& name : *names) {
-    if (name.size() > 6 && name.substr(name.size() - 6) == ".index") return JoinPath(dir, name.substr(0, name.size() - 6));
+    if (name.size() > 6 && name.substr(name.size() - 6) == ".index")
+      return JoinPath(dir, name.substr(0, name.size() - 6));
   }
   return "";
 }
@@ -82,15 +83,16 @@ TEST_P(TfTestdataTest, MatchesExpectedJson) {
 INSTANTIATE_TEST_SUITE_P(AllCheckpoints, TfTestdataTest,
                          ::testing::Values("rust_regression-model", "rust_regression_savedmodel",
                                            "rust_keras_single_input_saved_model",
-                                           "serving_saved_model_half_plus_two_cpu", "serving_tf_text_regression",
-                                           "ocr", "tf1_handwriting"));
+                                           "serving_saved_model_half_plus_two_cpu",
+                                           "serving_tf_text_regression", "ocr", "tf1_handwriting"));
 
 // The list above must name every folder, so a checkpoint added to testdata is tested.
 TEST(TfTestdataTest, EveryFolderIsListed) {
   auto names = PosixFileSystem()->ListDir(CKPTD_TESTDATA_DIR);
   ASSERT_TRUE(names.ok()) << names.status();
   int folders = 0;
-  for (const std::string& n : *names) folders += PosixFileSystem()->IsDirectory(JoinPath(CKPTD_TESTDATA_DIR, n));
+  for (const std::string& n : *names)
+    folders += PosixFileSystem()->IsDirectory(JoinPath(CKPTD_TESTDATA_DIR, n));
   EXPECT_EQ(folders, 7);
 }
 

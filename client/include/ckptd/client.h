@@ -22,9 +22,19 @@ namespace ckptd {
 
 // TensorFlow DataType numbers most trainers need.
 enum ClientDataType : int {
-  kDtFloat = 1, kDtDouble = 2, kDtInt32 = 3, kDtUint8 = 4, kDtInt16 = 5, kDtInt8 = 6,
-  kDtInt64 = 9, kDtBool = 10, kDtBfloat16 = 14, kDtUint16 = 17, kDtHalf = 19,
-  kDtUint32 = 22, kDtUint64 = 23,
+  kDtFloat = 1,
+  kDtDouble = 2,
+  kDtInt32 = 3,
+  kDtUint8 = 4,
+  kDtInt16 = 5,
+  kDtInt8 = 6,
+  kDtInt64 = 9,
+  kDtBool = 10,
+  kDtBfloat16 = 14,
+  kDtUint16 = 17,
+  kDtHalf = 19,
+  kDtUint32 = 22,
+  kDtUint64 = 23,
 };
 
 // One shard a trainer saves: `data` holds the box's elements row-major. With
@@ -43,11 +53,11 @@ struct DeviceMemory {
 struct TensorShard {
   std::string name{};
   int dtype = kDtFloat;
-  std::vector<int64_t> shape{};       // global shape
+  std::vector<int64_t> shape{};      // global shape
   std::vector<int64_t> box_start{};  // empty (with box_length) = the whole tensor
   std::vector<int64_t> box_length{};
   const void* data = nullptr;
-  size_t size = 0;                  // bytes
+  size_t size = 0;  // bytes
   bool use_layout = false;
   std::vector<std::string> sharding_specs{};  // per dimension: a mesh dimension or "unsharded"
   std::vector<std::pair<const void*, size_t>> device_data{};
@@ -65,7 +75,7 @@ struct RestoreTarget {
   std::vector<int64_t> box_start{};  // empty = the whole tensor
   std::vector<int64_t> box_length{};
   void* data = nullptr;
-  size_t size = 0;                  // must equal the box's bytes exactly
+  size_t size = 0;  // must equal the box's bytes exactly
   bool use_layout = false;
   std::vector<std::string> sharding_specs{};
   std::vector<std::pair<void*, size_t>> device_data{};
@@ -135,15 +145,17 @@ class Client {
   // reuses a segment after Wait has reported its step committed.
   absl::StatusOr<SaveResult> Save(const std::string& run, int64_t step, int trainer_id, int trainer_count,
                                   const std::vector<TensorShard>& shards, const SaveOptions& options = {});
-  absl::StatusOr<SaveResult> SaveByName(const std::string& run, int64_t step, int trainer_id, int trainer_count,
-                                        const NamedTensors& tensors, const SaveOptions& options);
+  absl::StatusOr<SaveResult> SaveByName(const std::string& run, int64_t step, int trainer_id,
+                                        int trainer_count, const NamedTensors& tensors,
+                                        const SaveOptions& options);
   // Returns once (run, step) is committed on every host, or with the step's error.
   // Frees the shared-memory segments of the run's saves up to that step for reuse.
   absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10));
   // Fills every target from (run, step), or from the newest committed step when `step`
   // is nullopt; returns the step restored.
   absl::StatusOr<int64_t> Restore(const std::string& run, std::optional<int64_t> step,
-                                  const std::vector<RestoreTarget>& targets, const RestoreOptions& options = {});
+                                  const std::vector<RestoreTarget>& targets,
+                                  const RestoreOptions& options = {});
   absl::StatusOr<int64_t> RestoreByName(const std::string& run, std::optional<int64_t> step,
                                         const NamedTensors& tensors, const RestoreOptions& options);
   // Returns once every trainer of the job has called Barrier the same number of times.

@@ -107,7 +107,7 @@ void StepRegistry::AddBarrierWaiter(const std::string& run, int64_t barrier_id, 
   PendingBarrier& b = barriers_[{run, barrier_id}];
   b.trainer_counts.insert(trainer_count);
   b.mesh_size = std::max(b.mesh_size, mesh_size);
-  b.arrivals.push_back({trainer_id, devices, std::move(w)});
+  b.arrivals.push_back({.trainer_id = trainer_id, .devices = devices, .waiter = std::move(w)});
 }
 
 internal::RoundState StepRegistry::Snapshot() {

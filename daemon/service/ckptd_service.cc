@@ -184,10 +184,10 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
   // Tensors in device memory are not in the stream or segment: they are copied after
   // it, so a trainer streaming host tensors is not held up by device copies.
   struct Segment {
-    size_t tensor;
-    Box box;
-    int64_t bytes;
-    StagedBuffer buffer;
+    size_t tensor = 0;
+    Box box{};
+    int64_t bytes = 0;
+    StagedBuffer buffer{};
   };
   std::vector<Segment> segments;
   std::vector<Segment> device_segments;
@@ -195,14 +195,14 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
   for (size_t i = 0; i < tensors.size(); ++i) {
     const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
     if (tensors[i].device_memory.has_value()) {
-      device_segments.push_back({i, tensors[i].boxes[0], tensors[i].bytes, {}});
+      device_segments.push_back({.tensor = i, .box = tensors[i].boxes[0], .bytes = tensors[i].bytes});
       continue;
     }
     if (tensors[i].bytes > INT64_MAX - expected)
       return absl::InvalidArgumentError("tensors: total bytes overflow");
     expected += tensors[i].bytes;
     for (const Box& box : tensors[i].boxes)
-      segments.push_back({i, box, box.NumElements() * element_size, {}});
+      segments.push_back({.tensor = i, .box = box, .bytes = box.NumElements() * element_size});
   }
   if (mapped != nullptr) {
     // The bytes already lie in the trainer's segment: stage them where they are.
@@ -277,8 +277,13 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
       ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(0));
     }
     const CheckedTensor& t = tensors[seg.tensor];
-    StagedTensor staged{t.name,       t.dtype,         t.shape, seg.box, std::move(seg.buffer),
-                        t.has_layout, t.sharding_specs};
+    StagedTensor staged{.name = t.name,
+                        .dtype = t.dtype,
+                        .shape = t.shape,
+                        .box = seg.box,
+                        .bytes = std::move(seg.buffer),
+                        .has_layout = t.has_layout,
+                        .sharding_specs = t.sharding_specs};
     if (header.store_float32_as_bfloat16() && staged.dtype == kFloat) {
       const size_t count = static_cast<size_t>(staged.box.NumElements());
       ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2), deadline));
@@ -293,7 +298,7 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
     ASSIGN_OR_RETURN(StagedBuffer buffer, staging_->Allocate(static_cast<int64_t>(encoded.size()), deadline));
     std::memcpy(buffer.data(), encoded.data(), encoded.size());
     payload.tensors.push_back(
-        {TrainerStateName(header.trainer_id(), key), kString, {}, Box{}, std::move(buffer), false, {}});
+        {.name = TrainerStateName(header.trainer_id(), key), .dtype = kString, .bytes = std::move(buffer)});
   }
   return payload;
 }

@@ -67,13 +67,13 @@ class StagedBuffer {
 };
 
 struct StagedTensor {
-  std::string name;
+  std::string name{};
   int dtype = 0;
-  Shape shape;
-  Box box;
-  StagedBuffer bytes;
-  bool has_layout = false;                  // saved with a DTensor layout...
-  std::vector<std::string> sharding_specs;  // ...these specs over the trainer's mesh
+  Shape shape{};
+  Box box{};
+  StagedBuffer bytes{};
+  bool has_layout = false;                    // saved with a DTensor layout...
+  std::vector<std::string> sharding_specs{};  // ...these specs over the trainer's mesh
 };
 
 // All tensors one trainer staged for one step, and where its devices sit.

@@ -536,14 +536,23 @@ absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_w
 }
 
 void Coordinator::Withdraw(const StepKey& key) {
+  spdlog::error("run '{}' step {}: withdrawing {}: not every rank sees it", key.run, key.step,
+                store_->StepDir(key.run, key.step));
+  TakeBack(key);
+}
+
+void Coordinator::TakeBack(const StepKey& key) {
+  // The state file forgets the step before the step goes: a crash in between leaves a
+  // visible step the state file does not name, never the reverse.
   FileSystem* fs = store_->fs();
   const std::string step_dir = store_->StepDir(key.run, key.step);
-  spdlog::error("run '{}' step {}: withdrawing {}: not every rank sees it", key.run, key.step, step_dir);
+  if (absl::Status s = store_->WriteStateFile(key.run, key.step); !s.ok()) {
+    spdlog::error("withdrawing {}: state file: {}", step_dir, std::string(s.message()));
+  }
   if (absl::Status s = fs->Rename(step_dir, store_->TempDir(key.run, key.step)); !s.ok()) {
     spdlog::error("withdrawing {}: {}", step_dir, std::string(s.message()));
   }
   fs->SyncDir(store_->RunDir(key.run)).IgnoreError();
-  store_->WriteStateFile(key.run).IgnoreError();
 }
 
 absl::Status Coordinator::CheckSharedRoot() {
@@ -775,11 +784,7 @@ absl::Status Coordinator::Publish(const StepKey& key) {
   // Not durably published: take it back so that nothing reports a failed step.
   spdlog::error("run '{}' step {}: publish failed ({}); withdrawing it", key.run, key.step,
                 std::string(s.message()));
-  if (absl::Status back = fs->Rename(step_dir, temp_dir); !back.ok()) {
-    spdlog::error("withdrawing {}: {}", step_dir, std::string(back.message()));
-  }
-  fs->SyncDir(store_->RunDir(key.run)).IgnoreError();
-  store_->WriteStateFile(key.run).IgnoreError();
+  TakeBack(key);
   return s;
 }
 

@@ -79,6 +79,9 @@ class Coordinator {
   absl::Status CheckPublishedHere(const StepKey& key, int64_t bytes_written);
   // Takes a published step back (rank 0) when some rank could not see it.
   void Withdraw(const StepKey& key);
+  // Rank 0: state file without the step first, then the step renamed back to its temp
+  // directory (which the commit's failure path removes).
+  void TakeBack(const StepKey& key);
   void ApplyRetention(const StepKey& key);
   void OnExpiry(const absl::Status& late);
   // `s`, unless a deadline already failed `key` on this rank.

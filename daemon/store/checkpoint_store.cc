@@ -146,8 +146,9 @@ absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(const std::
   return removed;
 }
 
-absl::Status CheckpointStore::WriteStateFile(const std::string& run) const {
+absl::Status CheckpointStore::WriteStateFile(const std::string& run, std::optional<int64_t> leaving) const {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
+  if (leaving.has_value()) steps.erase(std::remove(steps.begin(), steps.end(), *leaving), steps.end());
   if (steps.empty()) {
     // Nothing committed: TF must not find a state file naming a step that is gone.
     const std::string path = JoinPath(RunDir(run), "checkpoint");

@@ -48,7 +48,9 @@ class CheckpointStore {
   absl::StatusOr<std::vector<int64_t>> RestoreCandidates(const std::string& run, std::optional<int64_t> step,
                                                          bool fallback) const;
   // Rewrites TF's `checkpoint` state file for the run from what is committed.
-  absl::Status WriteStateFile(const std::string& run) const;
+  // `leaving`: a step about to be taken back, left out so that the state file never
+  // names a step that is not there, whenever a crash stops the take-back.
+  absl::Status WriteStateFile(const std::string& run, std::optional<int64_t> leaving = std::nullopt) const;
 
   // Removes what a crash can leave in a run directory: temp step directories and a
   // half-written state file. Only call when no commit of the run is in flight.

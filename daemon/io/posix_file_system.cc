@@ -526,7 +526,14 @@ class ConfinedFs : public FileSystem {
     struct open_how how = {};
     how.flags = static_cast<uint64_t>(flags | O_NOFOLLOW);
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    const long fd = ::syscall(SYS_openat2, root_fd_, rel.c_str(), &how, sizeof(how));
+    // openat2 with RESOLVE_BENEATH fails with EAGAIN when any rename on the system
+    // races the lookup (the kernel's rename seqlock moved); the kernel asks callers to
+    // retry. Unretried, an unrelated rename made a stat look like an error.
+    long fd = -1;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      fd = ::syscall(SYS_openat2, root_fd_, rel.c_str(), &how, sizeof(how));
+      if (fd >= 0 || errno != EAGAIN) break;
+    }
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path, " beneath ", root_));
     return static_cast<int>(fd);
   }

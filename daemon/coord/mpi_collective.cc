@@ -157,6 +157,13 @@ class MpiCollective : public Collective {
     return a;
   }
 
+  // Why the current operation has not finished, for an error message.
+  std::string WhoIsMissing() {
+    const std::vector<int> missing = Missing(current_);
+    if (missing.empty()) return "every rank arrived but the operation has not finished";
+    return absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived");
+  }
+
   std::vector<int> Missing(Arrivals& a) {
     std::vector<int> missing;
     size_t index = 0;
@@ -185,21 +192,15 @@ class MpiCollective : public Collective {
       if (stop_requested_ && stop_requested_()) {
         if (stop_seen_ == absl::InfiniteFuture()) stop_seen_ = absl::Now();
         if (absl::Now() - stop_seen_ > stop_grace_) {
-          const std::vector<int> missing = Missing(current_);
-          return absl::UnavailableError(absl::StrCat(
-              "stopping: MPI ", what, " on rank ", rank_, " gave up after ",
-              absl::FormatDuration(stop_grace_), "; ",
-              missing.empty() ? std::string("every rank arrived but the operation has not finished")
-                              : absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived")));
+          return absl::UnavailableError(absl::StrCat("stopping: MPI ", what, " on rank ", rank_,
+                                                     " gave up after ", absl::FormatDuration(stop_grace_),
+                                                     "; ", WhoIsMissing()));
         }
       }
       if (absl::Now() > deadline) {
         deadline = absl::Now() + interval;
-        std::vector<int> missing = Missing(current_);
-        absl::Status late = absl::DeadlineExceededError(absl::StrCat(
-            "MPI ", what, " on rank ", rank_, " passed its deadline; ",
-            missing.empty() ? std::string("every rank arrived but the operation has not finished")
-                            : absl::StrCat("rank(s) ", JoinBounded(missing), " never arrived")));
+        absl::Status late = absl::DeadlineExceededError(
+            absl::StrCat("MPI ", what, " on rank ", rank_, " passed its deadline; ", WhoIsMissing()));
         if (!on_expiry_) return late;
         on_expiry_(late);
       }

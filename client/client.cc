@@ -536,4 +536,29 @@ absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::s
   return response;
 }
 
+absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors(const std::string& run,
+                                                            std::optional<int64_t> step,
+                                                            absl::Duration timeout) {
+  v1::ListTensorsRequest request;
+  request.set_run(run);
+  request.set_latest(!step.has_value());
+  request.set_step(step.value_or(0));
+  request.set_page_size(10000);  // the daemon's cap: fewest index reads
+  v1::ListTensorsResponse all;
+  do {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(timeout));
+    v1::ListTensorsResponse page;
+    grpc::Status status = stub_->ListTensors(&ctx, request, &page);
+    if (!status.ok()) return FromGrpcStatus(status);
+    // Later pages come from the step the first one chose, even if a newer one commits.
+    request.set_latest(false);
+    request.set_step(page.step());
+    all.set_step(page.step());
+    for (v1::TensorDescriptor& t : *page.mutable_tensors()) *all.add_tensors() = std::move(t);
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return all;
+}
+
 }  // namespace ckptd

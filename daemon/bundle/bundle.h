@@ -39,9 +39,10 @@ absl::StatusOr<uint32_t> EntryChecksum(int dtype, int64_t elements, const char* 
 std::string EncodeStringScalar(const std::string& value);
 absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded);
 
-// ckptd's own tensors in a bundle: trainer `trainer_id`'s opaque state `key` is the
-// string scalar under this name. No two trainers' names collide, and no user tensor
-// can take one (names may not start with "_ckptd/").
+// ckptd's own tensors in a bundle live under this prefix, which no user tensor may
+// take. Trainer `trainer_id`'s opaque state `key` is the string scalar named
+// TrainerStateName(trainer_id, key), under kTrainerStatePrefix: no two collide.
+inline constexpr char kReservedNamePrefix[] = "_ckptd/";
 inline constexpr char kTrainerStatePrefix[] = "_ckptd/trainer_state/";
 std::string TrainerStateName(int trainer_id, const std::string& key);
 

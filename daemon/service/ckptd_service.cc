@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
@@ -23,6 +25,12 @@ namespace {
 
 // Threads one Restore reads with: enough to keep a disk's queue busy.
 constexpr size_t kRestoreReadThreads = 4;
+
+// ListTensors pages: a default and a cap on the count, and a byte budget that keeps
+// a page inside gRPC's default 4 MiB receive limit whatever the names' lengths.
+constexpr int kDefaultTensorPage = 1000;
+constexpr int kMaxTensorPage = 10000;
+constexpr size_t kTensorPageBytes = size_t{2} << 20;
 
 }  // namespace
 
@@ -529,6 +537,47 @@ grpc::Status CkptdService::ListCheckpoints(grpc::ServerContext* ctx,
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status CkptdService::ListTensors(grpc::ServerContext* ctx, const v1::ListTensorsRequest* request,
+                                       v1::ListTensorsResponse* response) {
+  absl::Status s = peers_->Check(ctx->peer());
+  if (s.ok()) s = DoListTensors(*request, response);
+  return ToGrpcStatus(s);
+}
+
+absl::Status CkptdService::DoListTensors(const v1::ListTensorsRequest& request,
+                                         v1::ListTensorsResponse* response) {
+  RETURN_IF_ERROR(ValidateRunName(request.run()));
+  if (request.page_size() < 0 || request.page_size() > kMaxTensorPage) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: ", request.page_size(), " is not in 0..", kMaxTensorPage));
+  }
+  const int page_size = request.page_size() == 0 ? kDefaultTensorPage : request.page_size();
+  const std::optional<int64_t> step =
+      request.latest() ? std::nullopt : std::optional<int64_t>(request.step());
+  ASSIGN_OR_RETURN(std::vector<int64_t> candidates, store_->RestoreCandidates(request.run(), step, false));
+  const int64_t chosen = candidates.front();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BundleReader> reader,
+      BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), chosen)),
+                         context_.max_index_bytes));
+  response->set_step(chosen);
+  std::vector<std::string> names = reader->TensorNames();  // in key (byte) order
+  std::erase_if(names, [](const std::string& n) { return absl::StartsWith(n, kReservedNamePrefix); });
+  auto it = request.page_token().empty() ? names.begin()
+                                         : std::upper_bound(names.begin(), names.end(), request.page_token());
+  size_t page_bytes = 0;
+  for (; it != names.end() && response->tensors_size() < page_size && page_bytes < kTensorPageBytes; ++it) {
+    ASSIGN_OR_RETURN(TensorInfo info, reader->Lookup(*it));
+    v1::TensorDescriptor* tensor = response->add_tensors();
+    tensor->set_name(*it);
+    tensor->set_dtype(info.dtype);
+    tensor->mutable_shape()->Add(info.shape.begin(), info.shape.end());
+    page_bytes += tensor->ByteSizeLong();
+  }
+  if (it != names.end()) response->set_next_page_token(response->tensors().rbegin()->name());
+  return absl::OkStatus();
 }
 
 grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,

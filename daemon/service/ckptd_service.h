@@ -1,4 +1,4 @@
-// The gRPC service. Save, Restore, ListCheckpoints and Status run on gRPC's sync
+// The gRPC service. Save, Restore, ListCheckpoints, ListTensors and Status run on gRPC's sync
 // thread pool and touch only memory and the files of their own request; Wait and
 // Barrier are callback handlers that register a waiter and return at once, completed
 // later by the coordinator. The one place where a Status becomes a grpc::Status.
@@ -74,12 +74,15 @@ class CkptdService final
                                     v1::BarrierResponse* response) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override;
+  grpc::Status ListTensors(grpc::ServerContext* ctx, const v1::ListTensorsRequest* request,
+                           v1::ListTensorsResponse* response) override;
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
 
  private:
   // INVALID_ARGUMENT past limits.max_trainers.
   absl::Status CheckTrainerCount(int trainer_count) const;
+  absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);
   // Receives the data chunks after a validated header into staged buffers.

@@ -2,9 +2,11 @@
 
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
 
 namespace ckptd {
 
@@ -96,8 +98,9 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
             absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
       }
     }
-    if (t.name().rfind("_ckptd/", 0) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: the prefix '_ckptd/' is reserved"));
+    if (absl::StartsWith(t.name(), kReservedNamePrefix)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name: the prefix '", kReservedNamePrefix, "' is reserved"));
     }
     if (!names.insert(t.name()).second) {
       return absl::InvalidArgumentError(

@@ -267,6 +267,78 @@ TEST(ContractTest, MalformedAndEdgeRequestsGetTheDocumentedAnswers) {
   EXPECT_EQ(cluster.Stop(), 0);
 }
 
+grpc::Status ListTensorsCall(v1::Ckptd::Stub& stub, const v1::ListTensorsRequest& request,
+                             v1::ListTensorsResponse* response) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return stub.ListTensors(&ctx, request, response);
+}
+
+TEST(ContractTest, ListTensorsPagesThroughAStepInNameOrder) {
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto stub = DefaultStub(cluster, 0);
+  // Step 1 holds five tensors; step 2, the newest, only one.
+  v1::SaveRequest header = Header("pages", 1, 0, 1);
+  for (const char* name : {"e", "b", "a/x", "d", "c"}) AddTensor(&header, name, kDtFloat, {2, 3});
+  ASSERT_TRUE(SendSave(*stub, header, std::string(5 * 24, '\x02')).ok());
+  ASSERT_TRUE(WaitFor(*stub, "pages", 1).ok());
+  v1::SaveRequest newer = Header("pages", 2, 0, 1);
+  AddTensor(&newer, "only", kInt64, {});
+  ASSERT_TRUE(SendSave(*stub, newer, std::string(8, '\x03')).ok());
+  ASSERT_TRUE(WaitFor(*stub, "pages", 2).ok());
+
+  v1::ListTensorsRequest request;
+  request.set_run("pages");
+  request.set_step(1);
+  request.set_page_size(2);
+  std::vector<std::vector<std::string>> pages;
+  for (int guard = 0; guard < 10; ++guard) {
+    v1::ListTensorsResponse page;
+    const grpc::Status s = ListTensorsCall(*stub, request, &page);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(page.step(), 1);
+    pages.emplace_back();
+    for (const v1::TensorDescriptor& t : page.tensors()) {
+      pages.back().push_back(t.name());
+      EXPECT_EQ(t.dtype(), kDtFloat);
+      EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), (std::vector<int64_t>{2, 3}));
+    }
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  EXPECT_EQ(pages, (std::vector<std::vector<std::string>>{{"a/x", "b"}, {"c", "d"}, {"e"}}));
+
+  v1::ListTensorsRequest latest;
+  latest.set_run("pages");
+  latest.set_latest(true);
+  v1::ListTensorsResponse newest;
+  ASSERT_TRUE(ListTensorsCall(*stub, latest, &newest).ok());
+  EXPECT_EQ(newest.step(), 2);
+  ASSERT_EQ(newest.tensors_size(), 1);
+  EXPECT_EQ(newest.tensors(0).name(), "only");
+  EXPECT_EQ(newest.tensors(0).shape_size(), 0);
+  EXPECT_TRUE(newest.next_page_token().empty());
+
+  v1::ListTensorsResponse ignored;
+  v1::ListTensorsRequest bad = latest;
+  bad.set_page_size(10001);
+  grpc::Status s = ListTensorsCall(*stub, bad, &ignored);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("page_size"), std::string::npos) << s.error_message();
+  bad = latest;
+  bad.set_run("../escape");
+  EXPECT_EQ(ListTensorsCall(*stub, bad, &ignored).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = request;
+  bad.set_step(7);
+  s = ListTensorsCall(*stub, bad, &ignored);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  bad.set_run("never-saved");
+  bad.set_latest(true);
+  EXPECT_EQ(ListTensorsCall(*stub, bad, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
 TEST(ContractTest, BarrierCompletesOnlyWhenEachTrainerIdArrivedOnce) {
   Cluster cluster(2, "", {"--commit-timeout", "2s"});
   ASSERT_TRUE(cluster.Start().ok());

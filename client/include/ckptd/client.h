@@ -167,6 +167,10 @@ class Client {
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& run,
                                                               absl::Duration timeout = absl::Seconds(30));
+  // Every tensor of a committed step (nullopt: the newest), name, dtype and global
+  // shape, in name order: all pages of ListTensors in one reply. `timeout` is per page.
+  absl::StatusOr<v1::ListTensorsResponse> ListTensors(const std::string& run, std::optional<int64_t> step,
+                                                      absl::Duration timeout = absl::Seconds(30));
 
   ~Client();
 

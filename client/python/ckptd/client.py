@@ -378,6 +378,25 @@ class Client:
                                           including_default_value_fields=True)
                 for c in reply.checkpoints]
 
+    def list_tensors(self, run, step=None, timeout=30.0):
+        """(step, [(name, numpy dtype or None, shape)]) of a committed step (None: the
+        newest), in name order; the dtype is None where NumPy has none (bfloat16,
+        string). Pages through ListTensors; `timeout` is per page."""
+        request = ckptd_pb2.ListTensorsRequest(run=run, latest=step is None, step=step or 0,
+                                               page_size=10000)
+        tensors = []
+        while True:
+            try:
+                reply = self._stub.ListTensors(request, timeout=timeout)
+            except grpc.RpcError as e:
+                _raise(e)
+            # Later pages from the step the first one chose, whatever commits meanwhile.
+            request.latest, request.step = False, reply.step
+            tensors += [(t.name, _NP_DTYPE.get(t.dtype), tuple(t.shape)) for t in reply.tensors]
+            if not reply.next_page_token:
+                return reply.step, tensors
+            request.page_token = reply.next_page_token
+
 
 def _shm_unusable(e):
     return "shared_memory:" in e.details and e.code in (

@@ -3,6 +3,7 @@ ls, inspect, verify, status, wait and restore, with their JSON and exit codes.""
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 
@@ -199,6 +200,28 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
                 env=env)
     assert r.returncode == 0, r.stderr
     assert np.load(tmp_path / "h" / "dense" / "bias.npy").dtype == np.float16
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="hiding the daemon's files takes root and unshare(1)")
+def test_restore_needs_no_view_of_the_daemons_files(job, tmp_path):
+    tensors = model(5)
+    save(job, "hidden", 5, tensors)
+    # ckptctl runs in its own mount namespace with an empty tmpfs over the daemons'
+    # root: all it knows of the checkpoint comes through the API.
+    hide = 'mount -t tmpfs none "$1" && shift && test -z "$(ls -A "$ROOT")" && exec "$@"'
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(0), ROOT=job.root)
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "hide", job.root,
+                        CKPTCTL, "restore", "hidden", "--out", str(tmp_path / "r"), "--json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["step"] == 5
+    assert sorted(f["name"] for f in out["files"]) == ["dense/bias", "dense/kernel", "embedding", "flags",
+                                                     "global_step"]
+    for name, array in tensors.items():
+        back = np.load(tmp_path / "r" / (name + ".npy"))
+        assert back.dtype == array.dtype and np.array_equal(back, array), name
 
 
 @pytest.mark.parametrize("command", ["ls", "inspect", "verify", "export", "diff", "gc", "status", "wait",

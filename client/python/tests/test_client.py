@@ -115,6 +115,11 @@ def test_trainer_state_barrier_and_status(job):
         assert status["runs"][0]["last_committed_step"] == "2"
         assert status["runs"][0]["last_commit_seconds"] > 0
         assert [c["step"] for c in c0.list_checkpoints("st")] == ["2"]
+        assert c1.list_tensors("st") == (2, [("v", np.dtype(np.int32), (4,))])
+        assert c1.list_tensors("st", 2) == c1.list_tensors("st")
+        with pytest.raises(ckptd.Error) as e:
+            c1.list_tensors("st", 3)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
 
 
 def test_errors_carry_the_grpc_status(job):

@@ -1,0 +1,93 @@
+#include "client/ckptctl/cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace ckptctl {
+
+const char kExitCodes[] =
+    "Exit codes: 0 success (diff: no differences); 1 a problem was found (verify: a checksum or file "
+    "is bad; diff: the checkpoints differ; wait: the step failed); 2 usage, input or connection error; "
+    "3 wait timed out.";
+
+int Error(const absl::Status& status) {
+  std::cerr << "ckptctl: " << status.message() << std::endl;
+  return kError;
+}
+
+void PrintJson(const json& j) {
+  std::cout << j.dump(1, ' ', false, json::error_handler_t::replace) << std::endl;
+}
+
+std::string ShapeString(const ckptd::Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f %s", bytes, units[u]) : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+std::string LocalTime(double unix_seconds) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixSeconds(static_cast<int64_t>(unix_seconds)),
+                          absl::LocalTimeZone());
+}
+
+absl::StatusOr<std::vector<std::string>> FilterNames(std::vector<std::string> names,
+                                                     const std::string& pattern) {
+  if (pattern.empty()) return names;
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensors '", pattern, "': ", e.what()));
+  }
+  std::vector<std::string> out;
+  for (std::string& n : names) {
+    if (std::regex_search(n, re)) out.push_back(std::move(n));
+  }
+  return out;
+}
+
+Progress::Progress(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
+
+void Progress::Update(int64_t done, int64_t total) {
+  const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+  if (tty_) {
+    const int filled = percent * 30 / 100;
+    std::fprintf(stderr, "\r%s [%s%s] %3d%% %s / %s", what_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(30 - filled, ' ').c_str(), percent, HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str());
+    if (done == total) std::fprintf(stderr, "\n");
+  } else if (percent / 10 > last_tenth_) {
+    last_tenth_ = percent / 10;
+    std::fprintf(stderr, "%s: %d%% (%s of %s)\n", what_.c_str(), percent, HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str());
+  }
+}
+
+void DaemonFlags::AddTo(CLI::App* app) {
+  app->add_option("--address", address, "daemon socket or host:port (default $CKPTD_ADDRESS)");
+  app->add_option("--tls-cert", tls.cert, "client certificate (PEM) for a TCP address");
+  app->add_option("--tls-key", tls.key, "client key (PEM)");
+  app->add_option("--tls-ca", tls.ca, "CA certificate (PEM) the daemon's certificate must chain to");
+}
+
+absl::StatusOr<std::unique_ptr<ckptd::Client>> DaemonFlags::Connect() const {
+  return ckptd::Client::Connect(address, absl::Seconds(5), tls.ca.empty() ? nullptr : &tls);
+}
+
+}  // namespace ckptctl

@@ -1,0 +1,40 @@
+// ckptctl's subcommands, one function each, called by main after CLI11 has parsed
+// the flags. Each prints its result (text or, with as_json, one JSON document) and
+// returns an ExitCode (cli.h).
+//
+// Offline commands (offline_commands.cc) read checkpoint files directly through the
+// format library and work on any TensorFlow V2 checkpoint. Online commands
+// (online_commands.cc) talk to a running daemon through the client library only, so
+// they work wherever the daemon is reachable, whether or not its files are visible.
+#ifndef CKPTD_CLIENT_CKPTCTL_COMMANDS_H_
+#define CKPTD_CLIENT_CKPTCTL_COMMANDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "client/ckptctl/cli.h"
+
+namespace ckptctl {
+
+// `checkpoint` arguments accept a bundle prefix, a step directory, a run directory
+// (its newest step) or a directory holding exactly one PREFIX.index.
+int Ls(const std::string& run_dir, bool as_json);
+int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json);
+int Verify(const std::string& checkpoint, bool as_json, bool quiet);
+int Export(const std::string& checkpoint, const std::string& format, const std::string& out_dir,
+           const std::string& pattern, bool as_json);
+int Diff(const std::string& a, const std::string& b, const std::string& pattern, bool as_json);
+int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool as_json);
+
+int Status(const DaemonFlags& flags, bool as_json);
+int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
+         bool as_json);
+// step: nullopt = the newest committed. dtype_name: empty = as stored (bfloat16 as float).
+int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
+            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
+            bool as_json);
+
+}  // namespace ckptctl
+
+#endif  // CKPTD_CLIENT_CKPTCTL_COMMANDS_H_

@@ -1,0 +1,108 @@
+// ckptctl: the operator's tool. This file only declares the command line; each
+// subcommand lives in offline_commands.cc or online_commands.cc.
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "client/ckptctl/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ckptctl: list, inspect, verify, export and restore ckptd (and any TensorFlow V2) checkpoints"};
+  app.footer(ckptctl::kExitCodes);
+  app.require_subcommand(1);
+  bool as_json = false, quiet = false, dry_run = false;
+  std::string target, second, pattern, out_dir, format = "npy", run, dtype_name;
+  int keep_last = 0, keep_every = 0;
+  int64_t step = -1;
+  double timeout_seconds = 600;
+  ckptctl::DaemonFlags daemon;
+  const char* kCheckpointHelp = "checkpoint prefix, step directory or run directory (its newest step)";
+  const char* kRegexHelp = "only tensors whose name matches this regular expression (ECMAScript, searched)";
+
+  CLI::App* ls =
+      app.add_subcommand("ls", "list a run's committed steps: size, creation time, commit time, latest");
+  ls->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  ls->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
+  inspect->add_option("PREFIX", target, kCheckpointHelp)->required();
+  inspect->add_option("--tensors", pattern, kRegexHelp);
+  inspect->add_flag("--json", as_json, "print one JSON object");
+
+  CLI::App* verify =
+      app.add_subcommand("verify", "read every byte and check every checksum; exit 1 on any problem");
+  verify->add_option("PREFIX", target, kCheckpointHelp)->required();
+  verify->add_flag("--json", as_json, "print one JSON object");
+  verify->add_flag("-q,--quiet", quiet, "no progress");
+
+  CLI::App* exporter =
+      app.add_subcommand("export", "write tensors as whole arrays: .npy files or one model.safetensors");
+  exporter->add_option("PREFIX", target, kCheckpointHelp)->required();
+  exporter
+      ->add_option("--format", format,
+                   "npy (one file per tensor; bfloat16 widened to float32) or safetensors")
+      ->check(CLI::IsMember({"npy", "safetensors"}));
+  exporter->add_option("--out", out_dir, "output directory (created)")->required();
+  exporter->add_option("--tensors", pattern, kRegexHelp);
+  exporter->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* diff =
+      app.add_subcommand("diff", "tensors added, removed or changed (dtype, shape, checksum) from A to B");
+  diff->add_option("A", target, kCheckpointHelp)->required();
+  diff->add_option("B", second, kCheckpointHelp)->required();
+  diff->add_option("--tensors", pattern, kRegexHelp);
+  diff->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* gc =
+      app.add_subcommand("gc", "apply retention to a run directory (never removes the newest step)");
+  gc->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  gc->add_option("--keep-last", keep_last, "keep the newest N committed steps")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  gc->add_option("--keep-every", keep_every, "also keep steps divisible by K")->check(CLI::NonNegativeNumber);
+  gc->add_flag("--dry-run", dry_run, "only say what would be removed");
+  gc->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* status =
+      app.add_subcommand("status", "a running job, every rank: pending steps, bytes, last commit");
+  daemon.AddTo(status);
+  status->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* wait =
+      app.add_subcommand("wait", "block until RUN STEP is committed on every host (exit 1 if it fails)");
+  wait->add_option("RUN", run, "run name")->required();
+  wait->add_option("STEP", step, "step")->required();
+  wait->add_option("--timeout", timeout_seconds, "seconds to wait (exit 3 when they pass)")
+      ->check(CLI::PositiveNumber);
+  daemon.AddTo(wait);
+  wait->add_flag("--json", as_json, "print JSON");
+
+  CLI::App* restore = app.add_subcommand("restore", "restore tensors through the daemon into .npy files");
+  restore->add_option("RUN", run, "run name")->required();
+  restore->add_option("--step", step, "step (default: the newest committed)");
+  restore->add_option("--tensors", pattern, kRegexHelp);
+  restore->add_option("--out", out_dir, "output directory (created)")->required();
+  restore->add_option(
+      "--dtype", dtype_name,
+      "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
+  daemon.AddTo(restore);
+  restore->add_flag("--json", as_json, "print JSON");
+
+  for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
+  CLI11_PARSE(app, argc, argv);
+  if (ls->parsed()) return ckptctl::Ls(target, as_json);
+  if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json);
+  if (verify->parsed()) return ckptctl::Verify(target, as_json, quiet);
+  if (exporter->parsed()) return ckptctl::Export(target, format, out_dir, pattern, as_json);
+  if (diff->parsed()) return ckptctl::Diff(target, second, pattern, as_json);
+  if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, as_json);
+  if (status->parsed()) return ckptctl::Status(daemon, as_json);
+  if (wait->parsed()) return ckptctl::Wait(daemon, run, step, timeout_seconds, as_json);
+  if (restore->parsed()) {
+    return ckptctl::Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern,
+                            out_dir, dtype_name, as_json);
+  }
+  return ckptctl::kError;
+}

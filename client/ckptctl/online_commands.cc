@@ -1,0 +1,199 @@
+// ckptctl's online commands: everything they learn comes through the daemon's API.
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "client/ckptctl/commands.h"
+#include "client/tensor_export.h"
+#include "daemon/base/dtype.h"
+#include "daemon/io/file_system.h"
+
+namespace ckptctl {
+namespace {
+
+json RankJson(const ckptd::v1::StatusResponse& s) {
+  json pending = json::array();
+  for (const auto& p : s.pending_steps()) pending.push_back({{"run", p.run()}, {"step", p.step()}});
+  json runs = json::array();
+  for (const auto& r : s.runs()) {
+    json j = {{"run", r.run()}, {"last_committed_step", r.last_committed_step()}};
+    if (r.last_commit_unix_seconds() > 0) {
+      j["last_commit_unix_seconds"] = r.last_commit_unix_seconds();
+      j["last_commit_seconds"] = r.last_commit_seconds();
+    }
+    runs.push_back(j);
+  }
+  return {{"rank", s.rank()},
+          {"pid", s.pid()},
+          {"version", s.version()},
+          {"root", s.root()},
+          {"pending_steps", pending},
+          {"runs", runs},
+          {"bytes_staged", s.bytes_staged()},
+          {"bytes_in_flight", s.bytes_in_flight()},
+          {"bytes_written", s.bytes_written()},
+          {"peak_bytes_staged", s.peak_bytes_staged()},
+          {"pooled_bytes", s.pooled_bytes()},
+          {"staging_memory_limit", s.staging_memory_limit()},
+          {"device_memory", s.device_memory()},
+          {"device_to_host_bytes", s.device_to_host_bytes()},
+          {"device_to_host_seconds", s.device_to_host_seconds()},
+          {"host_to_device_bytes", s.host_to_device_bytes()},
+          {"host_to_device_seconds", s.host_to_device_seconds()}};
+}
+
+}  // namespace
+
+int Status(const DaemonFlags& flags, bool as_json) {
+  auto client = flags.Connect();
+  if (!client.ok()) return Error(client.status());
+  auto status = (*client)->Status();
+  if (!status.ok()) return Error(status.status());
+  // Every rank's report as the last coordination round gathered it; this daemon's
+  // own entry is replaced by its live state.
+  std::vector<ckptd::v1::StatusResponse> ranks(status->ranks().begin(), status->ranks().end());
+  if (ranks.empty()) ranks.resize(1);
+  if (status->rank() < static_cast<int>(ranks.size())) {
+    ranks[status->rank()] = *status;
+    ranks[status->rank()].clear_ranks();
+  }
+  if (as_json) {
+    json out = {{"num_ranks", status->num_ranks()}, {"asked_rank", status->rank()}, {"ranks", json::array()}};
+    if (status->ranks_as_of_unix_seconds() > 0)
+      out["ranks_as_of_unix_seconds"] = status->ranks_as_of_unix_seconds();
+    if (!status->tcp_address().empty()) out["tcp_address"] = status->tcp_address();
+    for (const auto& r : ranks) out["ranks"].push_back(RankJson(r));
+    PrintJson(out);
+    return kOk;
+  }
+  std::printf("ckptd %s: %d rank(s), root %s\n", status->version().c_str(), status->num_ranks(),
+              status->root().c_str());
+  std::printf("%4s %8s %10s %10s %10s %8s  %s\n", "RANK", "PID", "STAGED", "IN FLIGHT", "WRITTEN", "PENDING",
+              "LAST COMMIT");
+  for (const auto& r : ranks) {
+    std::vector<std::string> commits;
+    for (const auto& run : r.runs()) {
+      std::string c = absl::StrCat(run.run(), " step ", run.last_committed_step());
+      if (run.last_commit_unix_seconds() > 0) {
+        absl::StrAppend(&c, " at ", LocalTime(run.last_commit_unix_seconds()),
+                        absl::StrFormat(" in %.2fs", run.last_commit_seconds()));
+      }
+      commits.push_back(c);
+    }
+    std::vector<std::string> pending;
+    for (const auto& p : r.pending_steps()) pending.push_back(absl::StrCat(p.run(), ":", p.step()));
+    std::printf("%4d %8lld %10s %10s %10s %8s  %s\n", r.rank(), static_cast<long long>(r.pid()),
+                HumanBytes(r.bytes_staged()).c_str(), HumanBytes(r.bytes_in_flight()).c_str(),
+                HumanBytes(r.bytes_written()).c_str(),
+                pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
+                commits.empty() ? "-" : absl::StrJoin(commits, "; ").c_str());
+  }
+  return kOk;
+}
+
+int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
+         bool as_json) {
+  auto client = flags.Connect();
+  if (!client.ok()) return Error(client.status());
+  const absl::Time started = absl::Now();
+  const absl::Status s = (*client)->Wait(run, step, absl::Seconds(timeout_seconds));
+  const double waited = absl::ToDoubleSeconds(absl::Now() - started);
+  if (as_json) {
+    PrintJson({{"run", run},
+               {"step", step},
+               {"committed", s.ok()},
+               {"waited_seconds", waited},
+               {"error", std::string(s.message())}});
+  } else if (s.ok()) {
+    std::printf("run '%s' step %lld committed\n", run.c_str(), static_cast<long long>(step));
+  } else {
+    std::cerr << "ckptctl wait: " << s.message() << std::endl;
+  }
+  if (s.ok()) return kOk;
+  // Our own deadline passing is a timeout; a step that failed its commit deadline
+  // fails sooner, with a message naming the step.
+  if (s.code() == absl::StatusCode::kDeadlineExceeded && waited >= timeout_seconds * 0.99) return kTimedOut;
+  // The request itself was refused (a bad run name) or the daemon is gone; any other
+  // error is the step's own outcome.
+  const bool bad_request =
+      s.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(s.message(), "run");
+  if (bad_request || s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kPermissionDenied) {
+    return kError;
+  }
+  return kFound;
+}
+
+int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
+            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
+            bool as_json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();  // the output files, on this machine
+  std::optional<int> dtype;
+  if (!dtype_name.empty()) {
+    dtype = ckptd::DataTypeFromName(dtype_name);
+    if (!dtype.has_value())
+      return Error(absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype_name, "'")));
+  }
+  auto client = flags.Connect();
+  if (!client.ok()) return Error(client.status());
+  // The daemon names the step's tensors: its files need not be visible from here.
+  auto listed = (*client)->ListTensors(run, step);
+  if (!listed.ok()) return Error(listed.status());
+  std::map<std::string, const ckptd::v1::TensorDescriptor*> by_name;
+  std::vector<std::string> all_names;
+  for (const ckptd::v1::TensorDescriptor& t : listed->tensors()) {
+    by_name[t.name()] = &t;
+    all_names.push_back(t.name());
+  }
+  auto names = FilterNames(std::move(all_names), pattern);
+  if (!names.ok()) return Error(names.status());
+  if (absl::Status s = fs->CreateDirs(out_dir, 0755); !s.ok()) return Error(s);
+  json files = json::array(), skipped = json::array();
+  int64_t total = 0;
+  for (const std::string& name : *names) {
+    const ckptd::v1::TensorDescriptor& info = *by_name[name];
+    const ckptd::Shape shape(info.shape().begin(), info.shape().end());
+    // NumPy has no bfloat16: ask the daemon for float32 unless told otherwise.
+    int want = dtype.value_or(info.dtype() == ckptd::kBfloat16 ? ckptd::kFloat : info.dtype());
+    if (!ckptd::NpyHeader(want, {}).ok() || ckptd::DataTypeSize(info.dtype()) == 0) {
+      skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info.dtype())}});
+      if (!as_json)
+        std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
+                     ckptd::DataTypeName(info.dtype()).c_str());
+      continue;
+    }
+    std::string bytes(static_cast<size_t>(ckptd::Box::Full(shape).NumElements()) * ckptd::DataTypeSize(want),
+                      '\0');
+    ckptd::RestoreTarget target;
+    target.name = name;
+    target.dtype = want;
+    target.shape = shape;
+    target.data = bytes.data();
+    target.size = bytes.size();
+    auto restored = (*client)->Restore(run, listed->step(), {target});
+    if (!restored.ok()) return Error(restored.status());
+    const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(name) + ".npy");
+    absl::Status s = fs->CreateDirs(ckptd::DirName(path), 0755);
+    if (s.ok()) s = ckptd::WriteNpy(fs, path, want, shape, bytes);
+    if (!s.ok()) return Error(s);
+    total += static_cast<int64_t>(bytes.size());
+    files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
+    if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
+  }
+  if (as_json) {
+    PrintJson(
+        {{"run", run}, {"step", listed->step()}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
+  } else {
+    std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
+                files.size(), run.c_str(), static_cast<long long>(listed->step()), HumanBytes(total).c_str(),
+                out_dir.c_str());
+  }
+  return kOk;
+}
+
+}  // namespace ckptctl

@@ -16,6 +16,7 @@
 #include "ckptd/v1/wire.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
+#include "daemon/base/status.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
@@ -35,45 +36,135 @@ int Fail(const absl::Status& status) {
   return 2;
 }
 
+// What the command line may override in the config file.
+struct Overrides {
+  std::string config_path, root, socket_path, commit_timeout, log_level;
+  int keep_last = -1, keep_every = -1;
+};
+
+absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Overrides& flags) {
+  ckptd::DaemonConfig config;
+  if (!flags.config_path.empty()) {
+    ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(flags.config_path, 1 << 20));
+    ASSIGN_OR_RETURN(config, ckptd::ParseConfig(text));
+  }
+  if (!flags.root.empty()) config.root = flags.root;
+  if (!flags.socket_path.empty()) config.socket_path = flags.socket_path;
+  if (!flags.log_level.empty()) config.log_level = flags.log_level;
+  if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
+  if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
+  if (!flags.commit_timeout.empty()) {
+    ASSIGN_OR_RETURN(config.commit_timeout, ckptd::ParseDuration(flags.commit_timeout));
+  }
+  return config;
+}
+
+// What this daemon holds on its host: its checkpoint root (checked, locked, confined)
+// and its unix socket (directory checked, locked, listening).
+struct HostClaims {
+  gid_t checkpoint_group = ckptd::kNoGroup;
+  std::unique_ptr<ckptd::ProcessLock> root_lock;
+  std::unique_ptr<ckptd::FileSystem> confined;
+  std::string socket;
+  std::unique_ptr<ckptd::ProcessLock> socket_lock;
+  std::unique_ptr<ckptd::LocalListener> listener;
+};
+
+absl::StatusOr<HostClaims> ClaimHost(ckptd::DaemonConfig& config, int rank) {
+  HostClaims claims;
+  if (!config.checkpoint_group.empty()) {
+    ASSIGN_OR_RETURN(claims.checkpoint_group, ckptd::ResolveGroup(config.checkpoint_group));
+  }
+  // The root is this daemon's own: refused if someone else made it or can write it,
+  // and one daemon per rank and root (a second one would commit into the same steps).
+  RETURN_IF_ERROR(ckptd::PreparePrivateDirectory(config.root, claims.checkpoint_group, "root"));
+  ASSIGN_OR_RETURN(
+      claims.root_lock,
+      ckptd::ProcessLock::Acquire(ckptd::JoinPath(config.root, absl::StrCat(".ckptd-rank-", rank, ".lock")),
+                                  absl::StrCat("checkpoint root ", config.root, " for rank ", rank)));
+  // Every checkpoint file is reached beneath the root, never through a symlink.
+  ASSIGN_OR_RETURN(claims.confined,
+                   ckptd::ConfinedFileSystem(config.root, claims.checkpoint_group == ckptd::kNoGroup
+                                                              ? ckptd::kPrivateFileMode
+                                                              : ckptd::kGroupFileMode));
+  char resolved_root[PATH_MAX];
+  if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
+
+  gid_t socket_group = static_cast<gid_t>(-1);
+  if (!config.socket_group.empty()) {
+    ASSIGN_OR_RETURN(socket_group, ckptd::ResolveGroup(config.socket_group));
+  }
+  claims.socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
+  // Held before the socket is replaced: a second daemon on this path refuses to start
+  // instead of taking the socket from the running one.
+  RETURN_IF_ERROR(ckptd::PreparePrivateDirectory(ckptd::DirName(claims.socket), socket_group, "socket_path"));
+  ASSIGN_OR_RETURN(claims.socket_lock, ckptd::ProcessLock::Acquire(claims.socket + ".lock",
+                                                                   absl::StrCat("socket ", claims.socket)));
+  ASSIGN_OR_RETURN(claims.listener, ckptd::LocalListener::Listen(claims.socket, socket_group));
+  return claims;
+}
+
+// Who may talk to this daemon over its unix socket: by default its own uid and root.
+ckptd::PeerPolicy PolicyFrom(const ckptd::DaemonConfig& config) {
+  ckptd::PeerPolicy policy;
+  policy.allowed_uids.insert(config.allowed_uids.begin(), config.allowed_uids.end());
+  policy.allowed_gids.insert(config.allowed_gids.begin(), config.allowed_gids.end());
+  if (config.allowed_uids.empty()) policy.allowed_uids = {::getuid(), 0};
+  return policy;
+}
+
+// The gRPC server: the service, the parse-error interceptor, message and thread
+// limits, and the mutual-TLS TCP listener when configured (its port in *tcp_port).
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
+                                                          const ckptd::DaemonConfig& config,
+                                                          ckptd::CkptdService* service, int* tcp_port) {
+  grpc::ServerBuilder builder;
+  if (!config.tcp_address.empty()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
+                     ckptd::MutualTlsCredentials(fs, config.tls_cert, config.tls_key, config.tls_ca));
+    builder.AddListeningPort(config.tcp_address, tls, tcp_port);
+  }
+  builder.RegisterService(service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
+  // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("ckptd");
+  quota.SetMaxThreads(config.max_concurrent_rpcs);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || (!config.tcp_address.empty() && *tcp_port == 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')"));
+  }
+  return server;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string config_path, root, socket_path, commit_timeout, log_level;
-  app.add_option("--config", config_path, "YAML config file (see config/ckptd.yaml)");
-  app.add_option("--root", root, "checkpoint root directory (overrides config root)");
-  app.add_option("--socket", socket_path, "unix socket path; {rank} and {uid} are substituted");
-  app.add_option("--commit-timeout", commit_timeout, "deadline of every commit collective, e.g. 60s");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  int keep_last = -1, keep_every = -1;
-  app.add_option("--keep-last", keep_last, "retention: keep the newest N steps (0 = all)")
+  Overrides flags;
+  app.add_option("--config", flags.config_path, "YAML config file (see config/ckptd.yaml)");
+  app.add_option("--root", flags.root, "checkpoint root directory (overrides config root)");
+  app.add_option("--socket", flags.socket_path, "unix socket path; {rank} and {uid} are substituted");
+  app.add_option("--commit-timeout", flags.commit_timeout, "deadline of every commit collective, e.g. 60s");
+  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
+  app.add_option("--keep-last", flags.keep_last, "retention: keep the newest N steps (0 = all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--keep-every-n-steps", keep_every, "retention: also keep steps divisible by K")
+  app.add_option("--keep-every-n-steps", flags.keep_every, "retention: also keep steps divisible by K")
       ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", ckptd::wire::kVersion);
   CLI11_PARSE(app, argc, argv);
 
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
-  ckptd::DaemonConfig config;
-  if (!config_path.empty()) {
-    absl::StatusOr<std::string> text = fs->ReadFileToString(config_path, 1 << 20);
-    if (!text.ok()) return Fail(text.status());
-    absl::StatusOr<ckptd::DaemonConfig> parsed = ckptd::ParseConfig(*text);
-    if (!parsed.ok()) return Fail(parsed.status());
-    config = *parsed;
-  }
-  if (!root.empty()) config.root = root;
-  if (!socket_path.empty()) config.socket_path = socket_path;
-  if (!log_level.empty()) config.log_level = log_level;
-  if (keep_last >= 0) config.keep_last = keep_last;
-  if (keep_every >= 0) config.keep_every_n_steps = keep_every;
-  if (!commit_timeout.empty()) {
-    absl::StatusOr<absl::Duration> d = ckptd::ParseDuration(commit_timeout);
-    if (!d.ok()) return Fail(d.status());
-    config.commit_timeout = *d;
-  }
+  absl::StatusOr<ckptd::DaemonConfig> loaded = LoadConfig(fs, flags);
+  if (!loaded.ok()) return Fail(loaded.status());
+  ckptd::DaemonConfig config = *std::move(loaded);
 
   // Signals go to one thread that only sets the stop flag; block them everywhere else
   // before any thread (MPI's, gRPC's) exists.
@@ -87,60 +178,16 @@ int main(int argc, char** argv) {
   if (!collective.ok()) return Fail(collective.status());
   const int rank = (*collective)->rank();
   if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level); !s.ok()) return Fail(s);
-
   auto fatal = [&](const absl::Status& s) {
     spdlog::critical("start-up: {}", std::string(s.message()));
     (*collective)->Abort(2);
   };
-  gid_t checkpoint_group = ckptd::kNoGroup;
-  if (!config.checkpoint_group.empty()) {
-    absl::StatusOr<gid_t> gid = ckptd::ResolveGroup(config.checkpoint_group);
-    if (!gid.ok()) fatal(gid.status());
-    checkpoint_group = *gid;
-  }
-  // The root is this daemon's own: refused if someone else made it or can write it,
-  // and one daemon per rank and root (a second one would commit into the same steps).
-  if (absl::Status s = ckptd::PreparePrivateDirectory(config.root, checkpoint_group, "root"); !s.ok())
-    fatal(s);
-  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> root_lock =
-      ckptd::ProcessLock::Acquire(ckptd::JoinPath(config.root, absl::StrCat(".ckptd-rank-", rank, ".lock")),
-                                  absl::StrCat("checkpoint root ", config.root, " for rank ", rank));
-  if (!root_lock.ok()) fatal(root_lock.status());
-  // Every checkpoint file is reached beneath the root, never through a symlink.
-  absl::StatusOr<std::unique_ptr<ckptd::FileSystem>> confined = ckptd::ConfinedFileSystem(
-      config.root, checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateFileMode : ckptd::kGroupFileMode);
-  if (!confined.ok()) fatal(confined.status());
-  char resolved_root[PATH_MAX];
-  if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
-
-  // Who may talk to this daemon: by default its own uid and root.
-  ckptd::PeerPolicy policy;
-  policy.allowed_uids.insert(config.allowed_uids.begin(), config.allowed_uids.end());
-  policy.allowed_gids.insert(config.allowed_gids.begin(), config.allowed_gids.end());
-  if (config.allowed_uids.empty()) policy.allowed_uids = {::getuid(), 0};
-  gid_t socket_group = static_cast<gid_t>(-1);
-  if (!config.socket_group.empty()) {
-    absl::StatusOr<gid_t> gid = ckptd::ResolveGroup(config.socket_group);
-    if (!gid.ok()) fatal(gid.status());
-    socket_group = *gid;
-  }
-  const std::string socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
-  // Held before the socket is replaced: a second daemon on this path refuses to start
-  // instead of taking the socket from the running one.
-  if (absl::Status s = ckptd::PreparePrivateDirectory(ckptd::DirName(socket), socket_group, "socket_path");
-      !s.ok()) {
-    fatal(s);
-  }
-  absl::StatusOr<std::unique_ptr<ckptd::ProcessLock>> socket_lock =
-      ckptd::ProcessLock::Acquire(socket + ".lock", absl::StrCat("socket ", socket));
-  if (!socket_lock.ok()) fatal(socket_lock.status());
-  absl::StatusOr<std::unique_ptr<ckptd::LocalListener>> listener =
-      ckptd::LocalListener::Listen(socket, socket_group);
-  if (!listener.ok()) fatal(listener.status());
+  absl::StatusOr<HostClaims> claims = ClaimHost(config, rank);
+  if (!claims.ok()) fatal(claims.status());
 
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
-  ckptd::CheckpointStore store(confined->get(), config.root);
+  ckptd::CheckpointStore store(claims->confined.get(), config.root);
   ckptd::PeerTable peers;
   ckptd::ServiceContext context{rank,
                                 (*collective)->size(),
@@ -152,36 +199,16 @@ int main(int argc, char** argv) {
                                 ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
-  grpc::ServerBuilder builder;
   int tcp_port = 0;
-  if (!config.tcp_address.empty()) {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
-        ckptd::MutualTlsCredentials(fs, config.tls_cert, config.tls_key, config.tls_ca);
-    if (!tls.ok()) fatal(tls.status());
-    builder.AddListeningPort(config.tcp_address, *tls, &tcp_port);
-  }
-  builder.RegisterService(&service);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
-  // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
-  grpc::ResourceQuota quota("ckptd");
-  quota.SetMaxThreads(config.max_concurrent_rpcs);
-  builder.SetResourceQuota(quota);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (!config.tcp_address.empty() && tcp_port == 0)) {
-    fatal(absl::UnavailableError(
-        absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')")));
-  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(fs, config, &service, &tcp_port);
+  if (!server.ok()) fatal(server.status());
   if (tcp_port != 0) {
     const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
     service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
-  (*listener)->Serve(server.get(), &peers, policy);
-  spdlog::info("ckptd {} listening on unix:{}, root {}", ckptd::wire::kVersion, socket, config.root);
+  claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
+  spdlog::info("ckptd {} listening on unix:{}, root {}", ckptd::wire::kVersion, claims->socket, config.root);
 
   std::atomic<bool> stop{false};
   std::thread signal_thread([&signals, &stop] {
@@ -199,7 +226,8 @@ int main(int argc, char** argv) {
        .keep_last = config.keep_last,
        .keep_every_n_steps = config.keep_every_n_steps,
        .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
-       .dir_mode = checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode});
+       .dir_mode =
+           claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode});
   if (absl::Status s = coordinator.CheckSharedRoot(); !s.ok()) fatal(s);
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
@@ -207,8 +235,8 @@ int main(int argc, char** argv) {
     // Asked to stop, and some peer never joined (it died, or is stopped): everything
     // pending here has failed with UNAVAILABLE and nothing partial was published, but
     // MPI cannot be finalized with a collective still open, so leave without it.
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    listener->reset();
+    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    claims->listener.reset();
     spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone,
                  std::string(outcome.message()));
     spdlog::shutdown();
@@ -216,8 +244,8 @@ int main(int argc, char** argv) {
   }
   // Calls still running get 2 s to finish. gRPC also waits this long for idle client
   // connections that do not answer its GOAWAY, then closes them.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  listener->reset();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  claims->listener.reset();
   if (!outcome.ok()) {
     spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
     (*collective)->Abort(3);

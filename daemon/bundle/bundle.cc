@@ -9,8 +9,10 @@
 #include <snappy.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -336,6 +338,45 @@ absl::Status DataFileWriter::Finish() {
   RETURN_IF_ERROR(file_->Sync());
   RETURN_IF_ERROR(file_->Close());
   return fs_->SyncDir(DirName(path_));
+}
+
+absl::StatusOr<std::vector<DataFileWriter::Written>> WriteDataFile(FileSystem* fs, const std::string& path,
+                                                                   std::vector<DataFileEntry>& entries,
+                                                                   int checksum_threads,
+                                                                   int64_t* file_bytes) {
+  std::vector<DataFileWriter::Written> written(entries.size());
+  std::vector<absl::Status> checksummed(entries.size());
+  // Two owners per entry, the write and the checksum: the second to finish runs done.
+  std::unique_ptr<std::atomic<int>[]> owners(new std::atomic<int>[entries.size()]);
+  for (size_t i = 0; i < entries.size(); ++i) owners[i] = 2;
+  auto release = [&](size_t i) {
+    if (owners[i].fetch_sub(1) == 1 && entries[i].done) entries[i].done();
+  };
+  std::atomic<size_t> next_checksum{0};
+  auto checksum = [&] {
+    for (size_t i = next_checksum++; i < entries.size(); i = next_checksum++) {
+      const DataFileEntry& e = entries[i];
+      absl::StatusOr<uint32_t> crc = EntryChecksum(e.dtype, e.elements, e.bytes.data(), e.bytes.size());
+      checksummed[i] = crc.status();
+      if (crc.ok()) written[i].crc32c = *crc;
+      release(i);
+    }
+  };
+  std::vector<std::thread> checksummers;
+  for (int i = 0; i < std::max(1, checksum_threads); ++i) checksummers.emplace_back(checksum);
+  absl::Status status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<DataFileWriter> file, DataFileWriter::Create(fs, path));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      ASSIGN_OR_RETURN(written[i].offset, file->AppendUnchecked(entries[i].bytes));
+      release(i);
+    }
+    *file_bytes = file->size();
+    return file->Finish();
+  }();
+  for (std::thread& t : checksummers) t.join();
+  RETURN_IF_ERROR(status);
+  for (const absl::Status& s : checksummed) RETURN_IF_ERROR(s);
+  return written;
 }
 
 absl::StatusOr<std::string> IndexBuilder::Finish() {

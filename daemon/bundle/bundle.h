@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ckptd/v1/tensor_bundle.pb.h"
 #include "daemon/io/file_system.h"
 #include "daemon/layout/box.h"
@@ -102,6 +103,24 @@ class DataFileWriter {
   std::unique_ptr<WritableFile> file_;
   int64_t size_ = 0;
 };
+
+// One entry for WriteDataFile: its bytes, the dtype and element count its checksum
+// needs, and what to run once it is both written and checksummed (to free the bytes
+// as early as possible).
+struct DataFileEntry {
+  int dtype = 0;
+  int64_t elements = 0;
+  absl::string_view bytes{};
+  std::function<void()> done{};
+};
+
+// Writes `entries` in order into a new data file at `path` and makes it durable,
+// checksumming them on `checksum_threads` helper threads while the calling thread
+// writes. Returns each entry's offset and crc32c, in order, and the file's size in
+// *file_bytes. After a failed write, entries it did not reach never run `done`.
+absl::StatusOr<std::vector<DataFileWriter::Written>> WriteDataFile(FileSystem* fs, const std::string& path,
+                                                                   std::vector<DataFileEntry>& entries,
+                                                                   int checksum_threads, int64_t* file_bytes);
 
 // One saved piece of a tensor: its box and the entry holding its bytes.
 struct SavedPiece {

@@ -61,8 +61,18 @@ class Coordinator {
   absl::Status CheckSharedRoot();
 
  private:
-  // Returns true if the round did any work.
+  struct RoundTally;
+  // One coordination round: every rank's RoundState gathered, tallied, and the steps
+  // and barriers that are ready committed, completed or failed. Returns true if the
+  // round did any work; sets *stopping when some rank is stopping.
   absl::StatusOr<bool> Round(bool stop_requested, bool* stopping);
+  // What this rank tells the others this round: its staged steps and barriers, those
+  // past their deadline here, its stop request and status report.
+  internal::RoundState LocalRoundState(bool stop_requested, absl::Time now);
+  static absl::StatusOr<RoundTally> Tally(const std::vector<std::string>& all);
+  absl::StatusOr<bool> DecideSteps(const RoundTally& round, absl::Time now);
+  absl::StatusOr<bool> DecideBarriers(const RoundTally& round, const internal::RoundState& mine,
+                                      absl::Time now);
   absl::Status CommitStep(const StepKey& key, int trainer_count);
   // Agrees on one status: OK if every rank's is OK, else the lowest failing rank's.
   absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);

@@ -17,6 +17,7 @@
 #include "daemon/bundle/bundle.h"
 #include "daemon/layout/cast.h"
 #include "daemon/restore/restore_plan.h"
+#include "daemon/service/save_payload.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/shared_segment.h"
 
@@ -95,6 +96,53 @@ absl::Status CkptdService::CheckTrainerCount(int trainer_count) const {
   return absl::OkStatus();
 }
 
+absl::Status CkptdService::CheckTensorCount(int count) const {
+  if (count <= context_.max_tensors_per_request) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("tensors: ", count,
+                                                   " in one request exceed limits.max_tensors_per_request (",
+                                                   context_.max_tensors_per_request, ")"));
+}
+
+absl::StatusOr<int64_t> CkptdService::CheckSaveSize(const std::vector<CheckedTensor>& tensors) const {
+  int64_t declared = 0;
+  for (const CheckedTensor& t : tensors) {
+    declared = t.bytes > INT64_MAX - declared ? INT64_MAX : declared + t.bytes;
+  }
+  if (declared > context_.max_request_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared,
+                                                     " declared bytes exceed limits.max_request_bytes (",
+                                                     context_.max_request_bytes, ")"));
+  }
+  if (declared > staging_->limit()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
+                     staging_->limit(), ")"));
+  }
+  return declared;
+}
+
+absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapTrainerSegment(
+    const std::string& peer, const v1::SaveHeader& header, const std::vector<CheckedTensor>& tensors) {
+  // Device memory this daemon cannot take is refused here too, before the step counts
+  // on this trainer, so a client can fall back to host memory.
+  int64_t host_bytes = 0;
+  bool any_on_device = false;
+  for (const CheckedTensor& t : tensors) {
+    any_on_device |= t.device_memory.has_value();
+    if (!t.device_memory.has_value()) host_bytes += t.bytes;
+  }
+  if (any_on_device) RETURN_IF_ERROR(device_->Available());
+  if (!header.has_shared_memory()) return nullptr;
+  ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
+  const v1::SharedMemory& shm = header.shared_memory();
+  if (shm.size() != host_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
+                                                   " bytes, but the descriptors need ", host_bytes,
+                                                   " (tensors in device memory excluded)"));
+  }
+  return SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead);
+}
+
 absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                                   v1::SaveResponse* response) {
   if (!accepting_) return absl::UnavailableError("ckptd is shutting down");
@@ -110,27 +158,10 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   const v1::SaveHeader header = message.header();
   RETURN_IF_ERROR(CheckTrainerCount(header.trainer_count()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
-  if (header.tensors_size() > context_.max_tensors_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tensors: ", header.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
-        context_.max_tensors_per_request, ")"));
-  }
+  RETURN_IF_ERROR(CheckTensorCount(header.tensors_size()));
   std::vector<CheckedTensor> tensors;
   RETURN_IF_ERROR(ValidateSaveHeader(header, placement, &tensors));
-  int64_t declared = 0;
-  for (const CheckedTensor& t : tensors) {
-    declared = t.bytes > INT64_MAX - declared ? INT64_MAX : declared + t.bytes;
-  }
-  if (declared > context_.max_request_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("tensors: ", declared,
-                                                     " declared bytes exceed limits.max_request_bytes (",
-                                                     context_.max_request_bytes, ")"));
-  }
-  if (declared > staging_->limit()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
-                     staging_->limit(), ")"));
-  }
+  ASSIGN_OR_RETURN(const int64_t declared, CheckSaveSize(tensors));
   if (store_->IsCommitted(header.run(), header.step())) {
     return absl::AlreadyExistsError(
         absl::StrCat("run '", header.run(), "' step ", header.step(), " is already committed"));
@@ -138,29 +169,9 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   const StepKey key{header.run(), header.step()};
   // A trainer arriving after its step failed hears why now, before sending any bytes.
   RETURN_IF_ERROR(registry_->Admit(key, header.trainer_id()));
-  // Device memory this daemon cannot take, and a segment it cannot map, are refused
-  // before the step counts on this trainer, so a client can fall back to host memory
-  // or to streaming.
-  int64_t on_device = 0;
-  bool any_on_device = false;
-  for (const CheckedTensor& t : tensors) {
-    if (!t.device_memory.has_value()) continue;
-    on_device += t.bytes;
-    any_on_device = true;
-  }
-  if (any_on_device) RETURN_IF_ERROR(device_->Available());
-  std::shared_ptr<SharedSegment> mapped;
-  if (header.has_shared_memory()) {
-    ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(ctx->peer()));
-    const v1::SharedMemory& shm = header.shared_memory();
-    if (shm.size() != declared - on_device) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shared_memory.size: ", shm.size(), " bytes, but the descriptors need ",
-                       declared - on_device, " (tensors in device memory excluded)"));
-    }
-    ASSIGN_OR_RETURN(
-        mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead));
-  }
+  // A segment this daemon cannot map is refused before the step counts on this
+  // trainer, so a client can fall back to streaming.
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapTrainerSegment(ctx->peer(), header, tensors));
   absl::StatusOr<TrainerPayload> payload = ReceiveData(ctx, reader, header, placement, tensors, mapped);
   if (!payload.ok()) {
     // The trainer was part of this step: without its bytes the step cannot commit, so
@@ -185,130 +196,25 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
                                                          const Placement& placement,
                                                          const std::vector<CheckedTensor>& tensors,
                                                          const std::shared_ptr<SharedSegment>& mapped) {
-  v1::SaveRequest message;
   // When staging memory is full, wait for room as long as the caller's deadline allows.
-  const absl::Time deadline = absl::FromChrono(ctx->deadline());
-  // One segment per box, in stream order: a tensor's box, or each of its device boxes.
-  // Tensors in device memory are not in the stream or segment: they are copied after
-  // it, so a trainer streaming host tensors is not held up by device copies.
-  struct Segment {
-    size_t tensor = 0;
-    Box box{};
-    int64_t bytes = 0;
-    StagedBuffer buffer{};
-  };
-  std::vector<Segment> segments;
-  std::vector<Segment> device_segments;
-  int64_t expected = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t element_size = static_cast<int64_t>(DataTypeSize(tensors[i].dtype));
-    if (tensors[i].device_memory.has_value()) {
-      device_segments.push_back({.tensor = i, .box = tensors[i].boxes[0], .bytes = tensors[i].bytes});
-      continue;
-    }
-    if (tensors[i].bytes > INT64_MAX - expected)
-      return absl::InvalidArgumentError("tensors: total bytes overflow");
-    expected += tensors[i].bytes;
-    for (const Box& box : tensors[i].boxes)
-      segments.push_back({.tensor = i, .box = box, .bytes = box.NumElements() * element_size});
-  }
+  SavePayloadBuilder builder(staging_, device_.get(), tensors, absl::FromChrono(ctx->deadline()));
+  v1::SaveRequest message;
   if (mapped != nullptr) {
-    // The bytes already lie in the trainer's segment: stage them where they are.
     if (reader->Read(&message)) {
       return absl::InvalidArgumentError("data: a Save with shared_memory carries no data chunks");
     }
-    int64_t position = 0;
-    for (Segment& seg : segments) {
-      ASSIGN_OR_RETURN(seg.buffer, staging_->Borrow(mapped->data() + position, seg.bytes, mapped, deadline));
-      position += seg.bytes;
-    }
+    RETURN_IF_ERROR(builder.BorrowFrom(mapped));
   } else {
-    // Bytes arrive as one stream. A segment's buffer is allocated when its first
-    // byte arrives, so a header alone reserves no memory.
-    size_t current = 0;
-    int64_t filled = 0;  // bytes of segments[current] filled so far
-    int64_t received = 0;
     while (reader->Read(&message)) {
       if (!message.has_data() && message.has_header()) {
         return absl::InvalidArgumentError("header: a Save stream carries exactly one header");
       }
-      const std::string& data = message.data();
-      if (data.size() > wire::kSaveChunkBytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("data: chunk of ", data.size(), " bytes exceeds ", wire::kSaveChunkBytes));
-      }
-      if (received + static_cast<int64_t>(data.size()) > expected) {
-        return absl::InvalidArgumentError(absl::StrCat("data: more bytes than the descriptors need (",
-                                                       expected, " = box elements x dtype size, summed)"));
-      }
-      received += static_cast<int64_t>(data.size());
-      size_t used = 0;
-      while (used < data.size()) {
-        while (filled == segments[current].bytes) {
-          ++current;
-          filled = 0;
-        }
-        Segment& seg = segments[current];
-        if (!seg.buffer.allocated()) {
-          ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
-        }
-        const size_t n = std::min<size_t>(data.size() - used, static_cast<size_t>(seg.bytes - filled));
-        std::memcpy(seg.buffer.data() + filled, data.data() + used, n);
-        filled += static_cast<int64_t>(n);
-        used += n;
-      }
+      RETURN_IF_ERROR(builder.AddChunk(message.data()));
     }
-    if (received != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("data: received ", received,
-                                                     " bytes but the descriptors need ", expected,
-                                                     " (box elements x dtype size, summed)"));
-    }
+    RETURN_IF_ERROR(builder.EndOfStream());
   }
-
-  for (Segment& seg : device_segments) {
-    ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(seg.bytes, deadline));
-    const CheckedTensor& t = tensors[seg.tensor];
-    if (absl::Status s = device_->CopyToHost(*t.device_memory, seg.buffer); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("tensor '", t.name, "': ", s.message()));
-    }
-    segments.push_back(std::move(seg));
-  }
-
-  TrainerPayload payload;
-  payload.trainer_id = header.trainer_id();
-  payload.mesh = header.mesh();
-  payload.device_ids = placement.device_ids;
-  std::set<std::pair<size_t, Box>> seen;  // devices of one trainer holding the same box
-  for (Segment& seg : segments) {
-    if (!seen.insert({seg.tensor, seg.box}).second) continue;
-    if (!seg.buffer.allocated()) {  // an empty box received no chunk
-      ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(0));
-    }
-    const CheckedTensor& t = tensors[seg.tensor];
-    StagedTensor staged{.name = t.name,
-                        .dtype = t.dtype,
-                        .shape = t.shape,
-                        .box = seg.box,
-                        .bytes = std::move(seg.buffer),
-                        .has_layout = t.has_layout,
-                        .sharding_specs = t.sharding_specs};
-    if (header.store_float32_as_bfloat16() && staged.dtype == kFloat) {
-      const size_t count = static_cast<size_t>(staged.box.NumElements());
-      ASSIGN_OR_RETURN(StagedBuffer narrow, staging_->Allocate(static_cast<int64_t>(count * 2), deadline));
-      RETURN_IF_ERROR(ConvertElements(kFloat, staged.bytes.data(), kBfloat16, narrow.data(), count));
-      staged.bytes = std::move(narrow);
-      staged.dtype = kBfloat16;
-    }
-    payload.tensors.push_back(std::move(staged));
-  }
-  for (const auto& [key, value] : header.trainer_state()) {
-    const std::string encoded = EncodeStringScalar(value);
-    ASSIGN_OR_RETURN(StagedBuffer buffer, staging_->Allocate(static_cast<int64_t>(encoded.size()), deadline));
-    std::memcpy(buffer.data(), encoded.data(), encoded.size());
-    payload.tensors.push_back(
-        {.name = TrainerStateName(header.trainer_id(), key), .dtype = kString, .bytes = std::move(buffer)});
-  }
-  return payload;
+  RETURN_IF_ERROR(builder.CopyFromDevice());
+  return builder.Build(header, placement);
 }
 
 grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
@@ -375,11 +281,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
                                      absl::Time deadline, grpc::ServerWriter<v1::RestoreResponse>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
-  if (request.tensors_size() > context_.max_tensors_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tensors: ", request.tensors_size(), " in one request exceed limits.max_tensors_per_request (",
-        context_.max_tensors_per_request, ")"));
-  }
+  RETURN_IF_ERROR(CheckTensorCount(request.tensors_size()));
   ASSIGN_OR_RETURN(RestoreWants wants, RestoreWantsFromProto(request));
   if (wants.any_on_device) RETURN_IF_ERROR(device_->Available());
   const std::optional<int64_t> step =
@@ -427,45 +329,53 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   if (request.describe_only()) {
     return writer->Write(header_message) ? absl::OkStatus() : absl::CancelledError("client went away");
   }
-  std::shared_ptr<SharedSegment> mapped;
-  if (request.has_shared_memory()) {
-    ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
-    const v1::SharedMemory& shm = request.shared_memory();
-    if (shm.size() < plan.shared_memory_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
-                                                     " bytes, but the reply needs ", plan.shared_memory_bytes,
-                                                     " (see describe_only)"));
-    }
-    ASSIGN_OR_RETURN(mapped, SharedSegment::Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes,
-                                                 SharedSegment::Access::kWrite));
-  }
-  // Where each tensor lands: the segment, staging memory on its way to the device, or
-  // a buffer streamed after the header. Everything is read before anything is sent,
-  // so a corrupt shard fails the whole call.
-  std::vector<std::string> buffers(plan.items.size());
-  std::vector<StagedBuffer> device_buffers(plan.items.size());
-  std::vector<char*> outputs;
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    if (wants.devices[i].has_value()) {
-      ASSIGN_OR_RETURN(device_buffers[i], staging_->Allocate(plan.items[i].bytes, deadline));
-      outputs.push_back(device_buffers[i].data());
-    } else if (mapped != nullptr) {
-      outputs.push_back(mapped->data() + plan.items[i].shared_memory_offset);
-    } else {
-      buffers[i].resize(static_cast<size_t>(plan.items[i].bytes));
-      outputs.push_back(buffers[i].data());
-    }
-  }
-  RETURN_IF_ERROR(ReadPlan(*reader, plan, outputs, kRestoreReadThreads));
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(peer, request, plan));
+  ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline));
+  // Everything is read before anything is sent, so a corrupt shard fails the whole call.
+  RETURN_IF_ERROR(ReadPlan(*reader, plan, out.destinations, kRestoreReadThreads));
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (!wants.devices[i].has_value()) continue;
-    if (absl::Status s = device_->CopyToDevice(device_buffers[i], *wants.devices[i]); !s.ok()) {
+    if (absl::Status s = device_->CopyToDevice(out.device_buffers[i], *wants.devices[i]); !s.ok()) {
       return Annotate(s, absl::StrCat("tensor '", plan.items[i].info.name, "'"));
     }
-    device_buffers[i] = StagedBuffer();
+    out.device_buffers[i] = StagedBuffer();
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-  return SendChunks(buffers, writer);
+  return SendChunks(out.streamed, writer);
+}
+
+absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(
+    const std::string& peer, const v1::RestoreRequest& request, const RestorePlan& plan) {
+  if (!request.has_shared_memory()) return nullptr;
+  ASSIGN_OR_RETURN(pid_t pid, peers_->LocalPid(peer));
+  const v1::SharedMemory& shm = request.shared_memory();
+  if (shm.size() < plan.shared_memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_memory.size: ", shm.size(),
+                                                   " bytes, but the reply needs ", plan.shared_memory_bytes,
+                                                   " (see describe_only)"));
+  }
+  return SharedSegment::Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes,
+                             SharedSegment::Access::kWrite);
+}
+
+absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
+    const RestorePlan& plan, const RestoreWants& wants, const std::shared_ptr<SharedSegment>& mapped,
+    absl::Time deadline) {
+  RestoreOutputs out;
+  out.streamed.resize(plan.items.size());
+  out.device_buffers.resize(plan.items.size());
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (wants.devices[i].has_value()) {
+      ASSIGN_OR_RETURN(out.device_buffers[i], staging_->Allocate(plan.items[i].bytes, deadline));
+      out.destinations.push_back(out.device_buffers[i].data());
+    } else if (mapped != nullptr) {
+      out.destinations.push_back(mapped->data() + plan.items[i].shared_memory_offset);
+    } else {
+      out.streamed[i].resize(static_cast<size_t>(plan.items[i].bytes));
+      out.destinations.push_back(out.streamed[i].data());
+    }
+  }
+  return out;
 }
 
 v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants,

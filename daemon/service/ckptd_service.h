@@ -81,7 +81,33 @@ class CkptdService final
 
  private:
   // INVALID_ARGUMENT past limits.max_trainers.
+  // Where each planned tensor lands: the trainer's segment, staging memory on its way
+  // to the device, or a buffer streamed after the header.
+  struct RestoreOutputs {
+    std::vector<char*> destinations;           // one per plan item, for ReadPlan
+    std::vector<std::string> streamed;         // empty where the bytes go elsewhere
+    std::vector<StagedBuffer> device_buffers;  // unallocated where not for a device
+  };
+  absl::StatusOr<RestoreOutputs> PrepareOutputs(const RestorePlan& plan, const RestoreWants& wants,
+                                                const std::shared_ptr<SharedSegment>& mapped,
+                                                absl::Time deadline);
+  // The trainer's segment for a shared-memory reply (null for a streamed one),
+  // INVALID_ARGUMENT when it is smaller than the plan needs.
+  absl::StatusOr<std::shared_ptr<SharedSegment>> MapReplySegment(const std::string& peer,
+                                                                 const v1::RestoreRequest& request,
+                                                                 const RestorePlan& plan);
   absl::Status CheckTrainerCount(int trainer_count) const;
+  // RESOURCE_EXHAUSTED past limits.max_tensors_per_request.
+  absl::Status CheckTensorCount(int count) const;
+  // The bytes `tensors` declare; RESOURCE_EXHAUSTED past limits.max_request_bytes or
+  // what staging can ever hold.
+  absl::StatusOr<int64_t> CheckSaveSize(const std::vector<CheckedTensor>& tensors) const;
+  // The trainer's shared-memory segment when the header names one (null otherwise),
+  // its size checked against the host tensors; and FAILED_PRECONDITION/UNIMPLEMENTED
+  // when tensors lie in device memory this daemon cannot take.
+  absl::StatusOr<std::shared_ptr<SharedSegment>> MapTrainerSegment(const std::string& peer,
+                                                                   const v1::SaveHeader& header,
+                                                                   const std::vector<CheckedTensor>& tensors);
   absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);

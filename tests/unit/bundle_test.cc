@@ -326,5 +326,44 @@ TEST(DataFileWriterTest, AlignsLargeEntriesAndTheIndexReadsWhatItWrote) {
   EXPECT_TRUE(problems.empty()) << problems[0];
 }
 
+TEST(WriteDataFileTest, WritesInOrderChecksumsOnHelpersAndReleasesEachEntryOnce) {
+  testing::TempDir dir;
+  const std::string path = DataPath(dir.Sub("ckpt"), 0, 1);
+  std::vector<std::string> payloads = {std::string(12, 'a'), std::string((1 << 20) + 8, 'b'), "",
+                                       EncodeStringScalar("state")};
+  for (size_t i = 0; i < payloads[1].size(); ++i) payloads[1][i] = static_cast<char>(i * 31 + 7);
+  const int dtypes[] = {kFloat, kInt8, kFloat, kString};
+  const int64_t elements[] = {3, static_cast<int64_t>(payloads[1].size()), 0, 1};
+  std::vector<int> released(payloads.size(), 0);
+  std::vector<DataFileEntry> entries;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    entries.push_back(
+        {.dtype = dtypes[i], .elements = elements[i], .bytes = payloads[i], .done = [&released, i] {
+           ++released[i];
+         }});
+  }
+  int64_t file_bytes = 0;
+  auto written = WriteDataFile(PosixFileSystem(), path, entries, /*checksum_threads=*/3, &file_bytes);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->size(), payloads.size());
+  EXPECT_EQ(released, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ((*written)[0].offset, 0);
+  EXPECT_EQ((*written)[1].offset, 4096);  // the large entry starts 4 KiB-aligned
+  const std::string file = *PosixFileSystem()->ReadFileToString(path, 1 << 22);
+  EXPECT_EQ(static_cast<int64_t>(file.size()), file_bytes);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    EXPECT_EQ(file.substr(static_cast<size_t>((*written)[i].offset), payloads[i].size()), payloads[i]) << i;
+    EXPECT_EQ((*written)[i].crc32c,
+              *EntryChecksum(dtypes[i], elements[i], payloads[i].data(), payloads[i].size()))
+        << i;
+  }
+  // A directory in the way: the write fails, with nothing released that was not reached.
+  std::vector<int> untouched(payloads.size(), 0);
+  for (size_t i = 0; i < entries.size(); ++i) entries[i].done = [&untouched, i] { ++untouched[i]; };
+  ASSERT_TRUE(PosixFileSystem()->CreateDirs(dir.Sub("blocked"), 0755).ok());
+  EXPECT_FALSE(WriteDataFile(PosixFileSystem(), dir.Sub("blocked"), entries, 2, &file_bytes).ok());
+  EXPECT_EQ(untouched, (std::vector<int>{0, 0, 0, 0}));
+}
+
 }  // namespace
 }  // namespace ckptd

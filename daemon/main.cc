@@ -38,7 +38,7 @@ int Fail(const absl::Status& status) {
 
 // What the command line may override in the config file.
 struct Overrides {
-  std::string config_path, root, socket_path, commit_timeout, log_level;
+  std::string config_path, root, socket_path, commit_timeout, log_level, storage;
   int keep_last = -1, keep_every = -1;
 };
 
@@ -49,6 +49,9 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
     ASSIGN_OR_RETURN(config, ckptd::ParseConfig(text));
   }
   if (!flags.root.empty()) config.root = flags.root;
+  if (!flags.storage.empty()) {
+    ASSIGN_OR_RETURN(config.storage, ckptd::ParseStorage(flags.storage));
+  }
   if (!flags.socket_path.empty()) config.socket_path = flags.socket_path;
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
@@ -72,6 +75,7 @@ struct HostClaims {
 
 absl::StatusOr<HostClaims> ClaimHost(ckptd::DaemonConfig& config, int rank) {
   HostClaims claims;
+  config.root = ckptd::ExpandPathPattern(config.root, rank, ::getuid());
   if (!config.checkpoint_group.empty()) {
     ASSIGN_OR_RETURN(claims.checkpoint_group, ckptd::ResolveGroup(config.checkpoint_group));
   }
@@ -94,7 +98,7 @@ absl::StatusOr<HostClaims> ClaimHost(ckptd::DaemonConfig& config, int rank) {
   if (!config.socket_group.empty()) {
     ASSIGN_OR_RETURN(socket_group, ckptd::ResolveGroup(config.socket_group));
   }
-  claims.socket = ckptd::ExpandSocketPath(config.socket_path, rank, ::getuid());
+  claims.socket = ckptd::ExpandPathPattern(config.socket_path, rank, ::getuid());
   // Held before the socket is replaced: a second daemon on this path refuses to start
   // instead of taking the socket from the running one.
   RETURN_IF_ERROR(ckptd::PreparePrivateDirectory(ckptd::DirName(claims.socket), socket_group, "socket_path"));
@@ -150,7 +154,9 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Overrides flags;
   app.add_option("--config", flags.config_path, "YAML config file (see config/ckptd.yaml)");
-  app.add_option("--root", flags.root, "checkpoint root directory (overrides config root)");
+  app.add_option("--root", flags.root, "checkpoint root directory (overrides config root); {rank}, {uid}");
+  app.add_option("--storage", flags.storage,
+                 "shared (one root every daemon sees) or local (a root per daemon, e.g. node-local disks)");
   app.add_option("--socket", flags.socket_path, "unix socket path; {rank} and {uid} are substituted");
   app.add_option("--commit-timeout", flags.commit_timeout, "deadline of every commit collective, e.g. 60s");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
@@ -199,6 +205,19 @@ int main(int argc, char** argv) {
                                 ""};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
+  ckptd::Coordinator coordinator(
+      collective->get(), &registry, &store,
+      {.commit_timeout = config.commit_timeout,
+       .version = ckptd::wire::kVersion,
+       .keep_last = config.keep_last,
+       .keep_every_n_steps = config.keep_every_n_steps,
+       .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
+       .dir_mode =
+           claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode,
+       .storage = config.storage});
+  // Before any trainer can connect: a job whose roots do not match its storage mode
+  // must not accept a single Save.
+  if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
   int tcp_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(fs, config, &service, &tcp_port);
   if (!server.ok()) fatal(server.status());
@@ -208,7 +227,8 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
-  spdlog::info("ckptd {} listening on unix:{}, root {}", ckptd::wire::kVersion, claims->socket, config.root);
+  spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
+               config.root, std::string(ckptd::StorageName(config.storage)));
 
   std::atomic<bool> stop{false};
   std::thread signal_thread([&signals, &stop] {
@@ -219,16 +239,6 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
 
-  ckptd::Coordinator coordinator(
-      collective->get(), &registry, &store,
-      {.commit_timeout = config.commit_timeout,
-       .version = ckptd::wire::kVersion,
-       .keep_last = config.keep_last,
-       .keep_every_n_steps = config.keep_every_n_steps,
-       .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
-       .dir_mode =
-           claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode});
-  if (absl::Status s = coordinator.CheckSharedRoot(); !s.ok()) fatal(s);
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
   if (stop.load() && absl::IsUnavailable(outcome)) {

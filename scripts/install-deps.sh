@@ -10,7 +10,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libleveldb-dev libsnappy-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libssl-dev openssl util-linux clang clang-format libclang-rt-14-dev
+  libssl-dev openssl util-linux iproute2 clang clang-format libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio python3-protobuf python3-mpi4py python3-pytest fio
 )

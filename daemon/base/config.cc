@@ -38,6 +38,11 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
         config.socket_path = value.as<std::string>();
       } else if (key == "root") {
         config.root = value.as<std::string>();
+      } else if (key == "storage") {
+        absl::StatusOr<Storage> storage = ParseStorage(value.as<std::string>());
+        if (!storage.ok())
+          return absl::InvalidArgumentError(absl::StrCat("config: ", storage.status().message()));
+        config.storage = *storage;
       } else if (key == "log_level") {
         config.log_level = value.as<std::string>();
       } else if (key == "max_index_bytes") {
@@ -149,7 +154,15 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
   return config;
 }
 
-std::string ExpandSocketPath(absl::string_view pattern, int rank, unsigned uid) {
+absl::StatusOr<Storage> ParseStorage(absl::string_view text) {
+  if (text == "shared") return Storage::kShared;
+  if (text == "local") return Storage::kLocal;
+  return absl::InvalidArgumentError(absl::StrCat("storage: '", text, "' is neither 'shared' nor 'local'"));
+}
+
+absl::string_view StorageName(Storage storage) { return storage == Storage::kLocal ? "local" : "shared"; }
+
+std::string ExpandPathPattern(absl::string_view pattern, int rank, unsigned uid) {
   return absl::StrReplaceAll(pattern, {{"{rank}", std::to_string(rank)}, {"{uid}", std::to_string(uid)}});
 }
 

@@ -13,16 +13,26 @@
 
 namespace ckptd {
 
+// Where checkpoints live. kShared: one root that every daemon sees (a parallel or
+// network file system); rank 0 publishes. kLocal: each daemon's own root on its own
+// disk; every daemon publishes its copy of the index next to its own data file.
+enum class Storage { kShared, kLocal };
+absl::StatusOr<Storage> ParseStorage(absl::string_view text);
+absl::string_view StorageName(Storage storage);
+
 struct DaemonConfig {
   // Unix socket path; "{rank}" becomes the daemon's MPI rank, "{uid}" its user id.
   std::string socket_path = "/tmp/ckptd-{uid}/ckptd-{rank}.sock";
-  // Checkpoints go to <root>/<run>/step-NNNNNNNN/.
+  // Checkpoints go to <root>/<run>/step-NNNNNNNN/; "{rank}" and "{uid}" as in
+  // socket_path (so that ranks sharing a machine can each have a root in local mode).
   std::string root = "/tmp/ckptd-checkpoints";
+  Storage storage = Storage::kShared;
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.
   std::string log_level = "info";
-  // Retention, applied by rank 0 right after each publish: keep the newest keep_last
+  // Retention, applied right after each publish (by rank 0 on a shared root, by every
+  // daemon on local roots): keep the newest keep_last
   // steps (0 = keep all) plus every step divisible by keep_every_n_steps (0 = none).
   int keep_last = 0;
   int keep_every_n_steps = 0;
@@ -61,8 +71,8 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
 // "90s", "500ms", "2m", "1h" or a bare number of seconds.
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
 
-// Substitutes {rank} and {uid} in a socket path pattern.
-std::string ExpandSocketPath(absl::string_view pattern, int rank, unsigned uid);
+// Substitutes {rank} and {uid} in a socket path or root pattern.
+std::string ExpandPathPattern(absl::string_view pattern, int rank, unsigned uid);
 
 }  // namespace ckptd
 

@@ -51,10 +51,21 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
 }
 
-std::string JoinBounded(const std::vector<int>& ids, size_t shown) {
-  if (ids.size() <= shown) return absl::StrJoin(ids, ",");
-  std::vector<int> head(ids.begin(), ids.begin() + static_cast<long>(shown));
-  return absl::StrCat(absl::StrJoin(head, ","), " and ", ids.size() - shown, " more");
+namespace {
+
+template <typename T>
+std::string JoinFirst(const std::vector<T>& items, size_t shown) {
+  if (items.size() <= shown) return absl::StrJoin(items, ",");
+  std::vector<T> head(items.begin(), items.begin() + static_cast<long>(shown));
+  return absl::StrCat(absl::StrJoin(head, ","), " and ", items.size() - shown, " more");
+}
+
+}  // namespace
+
+std::string JoinBounded(const std::vector<int>& ids, size_t shown) { return JoinFirst(ids, shown); }
+
+std::string JoinBounded(const std::vector<std::string>& items, size_t shown) {
+  return JoinFirst(items, shown);
 }
 
 std::string BoundMessage(absl::string_view message, size_t max) {

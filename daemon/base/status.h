@@ -22,6 +22,7 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 // "3,5,9" for up to `shown` ids, else the first `shown` and "and N more": error
 // messages stay small whatever the job's size (gRPC refuses large status details).
 std::string JoinBounded(const std::vector<int>& ids, size_t shown = 8);
+std::string JoinBounded(const std::vector<std::string>& items, size_t shown = 8);
 
 // Messages longer than this are cut (and say so) where they leave the daemon.
 inline constexpr size_t kMaxErrorMessageBytes = 2048;

@@ -70,7 +70,9 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     if (step.deadline_may_fail_it) mine = LocalStatus(key, mine);
     ASSIGN_OR_RETURN(attempt.agreed, Vote(Where(mine), attempt.deadline));
     if (!attempt.agreed.ok()) {
-      if (step.run == &Coordinator::ConfirmPhase && collective_->rank() == 0) Withdraw(key);
+      // Whoever published takes the step back: on local roots some ranks may have
+      // published when another could not.
+      if (attempt.published_here) Withdraw(key, attempt.agreed);
       break;
     }
   }
@@ -142,9 +144,9 @@ absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* 
 }
 
 absl::Status Coordinator::PreparePhase(Attempt& attempt, absl::Status* mine) {
-  // Rank 0 clears leftovers (this step's earlier attempt, and the first time it sees a
-  // run, temp directories orphaned by a crash) and creates the temp directory.
-  if (collective_->rank() == 0) *mine = PrepareTempDir(attempt.key);
+  // The publisher(s) clear leftovers (this step's earlier attempt, and the first time
+  // they see a run, temp directories orphaned by a crash) and create the temp directory.
+  if (Publishes()) *mine = PrepareTempDir(attempt.key);
   return absl::OkStatus();
 }
 
@@ -174,18 +176,37 @@ absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
 }
 
 absl::Status Coordinator::MergePhase(Attempt& attempt, absl::Status* mine) {
-  // Rank 0 writes the index and ckptd.json into the temp directory; all vote once
-  // more before anything becomes visible.
+  // Rank 0 builds the index and ckptd.json from every rank's entries; every publisher
+  // writes them into its temp directory; all vote once more before anything becomes
+  // visible.
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                    collective_->Gather(attempt.entries, 0, attempt.deadline));
+  internal::StepFiles files;
   if (collective_->rank() == 0) {
-    *mine = WriteIndex(attempt.key, attempt.trainer_count, attempt.plan, gathered, attempt.started);
+    absl::StatusOr<internal::StepFiles> built =
+        BuildStepFiles(attempt.key, attempt.trainer_count, attempt.plan, gathered, attempt.started);
+    if (built.ok()) {
+      files = *std::move(built);
+    } else {
+      files.set_failure(std::string(built.status().message()));
+      *mine = built.status();
+    }
   }
+  if (options_.storage == Storage::kLocal) {
+    ASSIGN_OR_RETURN(std::string bytes,
+                     collective_->Broadcast(files.SerializeAsString(), 0, attempt.deadline));
+    if (!files.ParseFromString(bytes)) return absl::InternalError("rank 0 sent an unparsable index");
+  }
+  // Without rank 0's files there is nothing to write; its own vote says why.
+  if (Publishes() && files.failure().empty()) *mine = WriteStepFiles(attempt.key, files);
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::PublishPhase(Attempt& attempt, absl::Status* mine) {
-  if (collective_->rank() == 0) *mine = Publish(attempt.key);
+  if (Publishes()) {
+    *mine = Publish(attempt.key);
+    attempt.published_here = mine->ok();
+  }
   return absl::OkStatus();
 }
 
@@ -200,7 +221,7 @@ void Coordinator::Conclude(const Attempt& attempt) {
   const StepKey& key = attempt.key;
   const absl::Status& agreed = attempt.agreed;
   failed_here_.erase(key);
-  if (!agreed.ok() && collective_->rank() == 0) {
+  if (!agreed.ok() && Publishes()) {
     const std::string temp_dir = store_->TempDir(key.run, key.step);
     if (absl::Status s = store_->fs()->DeleteRecursively(temp_dir); !s.ok()) {
       spdlog::error("removing {}: {}", temp_dir, std::string(s.message()));
@@ -209,7 +230,7 @@ void Coordinator::Conclude(const Attempt& attempt) {
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
-    if (collective_->rank() == 0) ApplyRetention(key);
+    if (Publishes()) ApplyRetention(key);
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
@@ -223,9 +244,10 @@ absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_w
   FileSystem* fs = store_->fs();
   ASSIGN_OR_RETURN(bool visible, store_->Committed(key.run, key.step));
   if (!visible) {
-    return absl::FailedPreconditionError(absl::StrCat("published ", step_dir, " is not visible here (no ",
-                                                      IndexPath(prefix),
-                                                      "): every daemon must see the same root"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "published ", step_dir, " is not visible here (no ", IndexPath(prefix), "): ",
+        options_.storage == Storage::kLocal ? "this host's checkpoint root changed under the daemon"
+                                            : "every daemon must see the same root"));
   }
   const std::string data = DataPath(prefix, collective_->rank(), collective_->size());
   absl::StatusOr<uint64_t> size = fs->FileSize(data);
@@ -238,9 +260,9 @@ absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_w
   return absl::OkStatus();
 }
 
-void Coordinator::Withdraw(const StepKey& key) {
-  spdlog::error("run '{}' step {}: withdrawing {}: not every rank sees it", key.run, key.step,
-                store_->StepDir(key.run, key.step));
+void Coordinator::Withdraw(const StepKey& key, const absl::Status& why) {
+  spdlog::error("run '{}' step {}: withdrawing {}: {}", key.run, key.step, store_->StepDir(key.run, key.step),
+                std::string(why.message()));
   TakeBack(key);
 }
 
@@ -344,11 +366,11 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
-                                     const std::vector<std::string>& gathered, absl::Time started) {
+absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& key, int trainer_count,
+                                                                const SavePlan& plan,
+                                                                const std::vector<std::string>& gathered,
+                                                                absl::Time started) {
   const int num_shards = collective_->size();
-  const std::string temp_dir = store_->TempDir(key.run, key.step);
-  const std::string prefix = CheckpointStore::Prefix(temp_dir);
 
   // (name, box) -> where its bytes landed.
   std::map<std::pair<std::string, Box>, internal::WrittenEntry> located;
@@ -404,10 +426,18 @@ absl::Status Coordinator::WriteIndex(const StepKey& key, int trainer_count, cons
 
   meta.created_unix = absl::ToUnixSeconds(absl::Now());
   meta.commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  internal::StepFiles files;
+  files.set_index(std::move(index_bytes));
+  files.set_meta(meta.ToJson());
+  return files;
+}
+
+absl::Status Coordinator::WriteStepFiles(const StepKey& key, const internal::StepFiles& files) {
+  const std::string temp_dir = store_->TempDir(key.run, key.step);
   FileSystem* fs = store_->fs();
   for (const auto& [path, contents] :
-       {std::make_pair(IndexPath(prefix), index_bytes),
-        std::make_pair(JoinPath(temp_dir, kCheckpointMetaFile), meta.ToJson())}) {
+       {std::make_pair(IndexPath(CheckpointStore::Prefix(temp_dir)), files.index()),
+        std::make_pair(JoinPath(temp_dir, kCheckpointMetaFile), files.meta())}) {
     ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewWritableFile(path));
     RETURN_IF_ERROR(file->Append(contents));
     RETURN_IF_ERROR(file->Sync());

@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
@@ -349,32 +352,54 @@ absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s)
   auto it = failed_here_.find(key);
   return it != failed_here_.end() ? it->second : s;
 }
-absl::Status Coordinator::CheckSharedRoot() {
+absl::Status Coordinator::CheckRoot() {
   const absl::Time deadline = absl::Now() + options_.commit_timeout;
   const int rank = collective_->rank();
   FileSystem* fs = store_->fs();
-  const std::string path = JoinPath(store_->root(), ".ckptd-root-check");
-  std::string token;
-  absl::Status written = absl::OkStatus();
-  if (rank == 0) {
-    token = absl::StrCat(HostName(), ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
-    written = fs->WriteFileAtomically(path, token);
-  }
-  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(written), deadline));
+  constexpr char kTokenPrefix[] = ".ckptd-root-check-";
+  auto token_path = [&](int r) { return JoinPath(store_->root(), absl::StrCat(kTokenPrefix, r)); };
+  const std::string token = absl::StrCat(HostName(), ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
+  ASSIGN_OR_RETURN(absl::Status agreed,
+                   Vote(Where(fs->WriteFileAtomically(token_path(rank), token)), deadline));
   RETURN_IF_ERROR(agreed);
-  ASSIGN_OR_RETURN(token, collective_->Broadcast(token, 0, deadline));
-  absl::StatusOr<std::string> seen = fs->ReadFileToString(path, 4096);
+  ASSIGN_OR_RETURN(std::vector<std::string> tokens, collective_->AllGather(token, deadline));
+  // Which other ranks' tokens this rank sees in its root (a stale file left by an
+  // earlier daemon holds another token and does not count).
+  std::vector<int> seen;
+  if (absl::StatusOr<std::vector<std::string>> names = fs->ListDir(store_->root()); names.ok()) {
+    for (const std::string& name : *names) {
+      int r = -1;
+      if (!absl::StartsWith(name, kTokenPrefix) || !absl::SimpleAtoi(name.substr(strlen(kTokenPrefix)), &r) ||
+          r == rank || r < 0 || r >= static_cast<int>(tokens.size())) {
+        continue;
+      }
+      if (fs->ReadFileToString(token_path(r), 4096).value_or("") == tokens[r]) seen.push_back(r);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
   absl::Status mine = absl::OkStatus();
-  if (!seen.ok() || *seen != token) {
+  const std::string where = absl::StrCat("rank ", rank, " on host ", HostName());
+  if (options_.storage == Storage::kShared && seen.size() + 1 != tokens.size()) {
+    // A token begins with its writer's host name, so the message can name both ends.
+    std::vector<std::string> unseen;
+    for (int r = 0; r < static_cast<int>(tokens.size()); ++r) {
+      if (r != rank && !std::binary_search(seen.begin(), seen.end(), r)) {
+        unseen.push_back(absl::StrCat(r, " (on ", tokens[r].substr(0, tokens[r].find(':')), ")"));
+      }
+    }
     mine = absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank, " on host ", HostName(), " does not see the checkpoint root ", store_->root(),
-        " that rank 0 wrote to (", seen.ok() ? "another daemon's token is there" : seen.status().message(),
-        "): every daemon must use one shared root (a parallel or network file system mounted at the same "
-        "path on "
-        "every host); point root at such a directory"));
+        where, " does not see the checkpoint root ", store_->root(), " that rank(s) ", JoinBounded(unseen),
+        " wrote to: with storage: shared every daemon must use one shared root (a parallel or network file "
+        "system mounted at the same path on every host); point root at such a directory, or use storage: "
+        "local for node-local disks"));
+  } else if (options_.storage == Storage::kLocal && !seen.empty()) {
+    mine = absl::FailedPreconditionError(absl::StrCat(
+        where, " shares its checkpoint root ", store_->root(), " with rank(s) ", JoinBounded(seen),
+        ": with storage: local every daemon needs a root of its own (put {rank} in root when several "
+        "daemons share a machine), or use storage: shared"));
   }
   ASSIGN_OR_RETURN(agreed, Vote(mine, deadline));
-  if (rank == 0) fs->DeleteFile(path).IgnoreError();
+  fs->DeleteFile(token_path(rank)).IgnoreError();
   return agreed;
 }
 

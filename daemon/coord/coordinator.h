@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/base/config.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
@@ -38,6 +39,9 @@ struct CoordinatorOptions {
   absl::Duration stop_grace = absl::Seconds(1);
   // Mode of the directories a commit creates (0700 private, 0750 with a group).
   uint32_t dir_mode = 0700;
+  // kShared: rank 0 prepares, merges and publishes into the root every rank sees.
+  // kLocal: every rank does so in its own root, with rank 0's index sent to all.
+  Storage storage = Storage::kShared;
 };
 
 class Coordinator {
@@ -55,10 +59,11 @@ class Coordinator {
   // must be aborted.
   absl::Status Run(const std::atomic<bool>& stop);
 
-  // Start-up check that every rank sees the same checkpoint root: rank 0 writes a
-  // random token under it and every rank must read it back. FAILED_PRECONDITION on
-  // every rank (naming the ranks and hosts that could not) if not. Call before Run.
-  absl::Status CheckSharedRoot();
+  // Start-up check of the roots against options.storage: every rank writes a token
+  // into its root and looks for the others'. Shared: every rank must see every
+  // token (one root). Local: none may see another's (a root of its own). Otherwise
+  // FAILED_PRECONDITION on every rank, naming the rank and host. Call before Run.
+  absl::Status CheckRoot();
 
  private:
   struct RoundTally;
@@ -81,15 +86,13 @@ class Coordinator {
   absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                std::vector<TrainerPayload>& payloads, std::string* entries_out,
                                int64_t* bytes_out);
-  absl::Status WriteIndex(const StepKey& key, int trainer_count, const SavePlan& plan,
-                          const std::vector<std::string>& gathered, absl::Time started);
   absl::Status Publish(const StepKey& key);
   // After rank 0 published: this rank sees the step directory, the index and its own
   // data file at the size it wrote.
   absl::Status CheckPublishedHere(const StepKey& key, int64_t bytes_written);
-  // Takes a published step back (rank 0) when some rank could not see it.
-  void Withdraw(const StepKey& key);
-  // Rank 0: state file without the step first, then the step renamed back to its temp
+  // Takes a step this rank published back, when the vote after publishing failed.
+  void Withdraw(const StepKey& key, const absl::Status& why);
+  // State file without the step first, then the step renamed back to its temp
   // directory (which the commit's failure path removes).
   void TakeBack(const StepKey& key);
   void ApplyRetention(const StepKey& key);
@@ -135,9 +138,10 @@ class Coordinator {
     absl::Time deadline{};
     std::vector<TrainerPayload> payloads{};  // staged here; freed once written
     SavePlan plan{};
-    std::string entries{};  // this rank's written entries (internal::WrittenEntries)
-    int64_t bytes = 0;      // this rank's data file size
-    absl::Status agreed{};  // the last vote
+    std::string entries{};        // this rank's written entries (internal::WrittenEntries)
+    int64_t bytes = 0;            // this rank's data file size
+    bool published_here = false;  // this rank renamed its temp directory into place
+    absl::Status agreed{};        // the last vote
   };
   // Phases: a non-OK return means a collective failed (the job must be aborted);
   // *mine is this rank's own outcome, which the vote that follows combines.
@@ -147,8 +151,18 @@ class Coordinator {
   absl::Status MergePhase(Attempt& attempt, absl::Status* mine);
   absl::Status PublishPhase(Attempt& attempt, absl::Status* mine);
   absl::Status ConfirmPhase(Attempt& attempt, absl::Status* mine);
-  // Rank 0: removes orphans and the step's old temp directory, creates a fresh one.
+  // Whether this rank prepares, merges into and publishes a step directory: rank 0 on
+  // a shared root, every rank on local roots.
+  bool Publishes() const { return options_.storage == Storage::kLocal || collective_->rank() == 0; }
+  // Removes orphans and the step's old temp directory, creates a fresh one.
   absl::Status PrepareTempDir(const StepKey& key);
+  // Rank 0: the step's index and ckptd.json from every rank's written entries.
+  absl::StatusOr<internal::StepFiles> BuildStepFiles(const StepKey& key, int trainer_count,
+                                                     const SavePlan& plan,
+                                                     const std::vector<std::string>& gathered,
+                                                     absl::Time started);
+  // Writes them into the step's temp directory, durably.
+  absl::Status WriteStepFiles(const StepKey& key, const internal::StepFiles& files);
   // Cleans up, logs, and tells the trainers the attempt's outcome.
   void Conclude(const Attempt& attempt);
 
@@ -160,7 +174,7 @@ class Coordinator {
   std::map<StepKey, absl::Status> failed_here_;  // steps a deadline failed on this rank
   std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
-  std::set<std::string> cleaned_runs_;  // runs whose orphans rank 0 removed
+  std::set<std::string> cleaned_runs_;  // runs whose orphans this rank removed
   std::set<StepKey> restoring_;         // steps being restored on some host
   std::string report_;                  // cached local_report()
   absl::Time report_time_ = absl::InfinitePast();

@@ -11,34 +11,73 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/io/file_system.h"
 
 namespace ckptd::testing {
+
+namespace {
+
+constexpr char kHostsSubnet[] = "10.213.77.0/24";  // tests/multihost/hosts.sh
+
+std::string HostsScript() { return std::string(CKPTD_SOURCE_DIR) + "/tests/multihost/hosts.sh"; }
+
+}  // namespace
+
+Cluster::Cluster(int ranks, SimulatedHosts hosts, std::vector<std::string> extra_args)
+    : ranks_(ranks), hosts_(hosts), extra_args_(std::move(extra_args)) {
+  // Seen by every daemon at the same path: the shared directory, or each host's disk.
+  root_ = dir_.Sub(hosts.root_on_host_disks.value_or(hosts.local_storage) ? "disk/root" : "shared/root");
+  extra_args_.insert(extra_args_.begin(), {"--storage", hosts.local_storage ? "local" : "shared"});
+}
 
 Cluster::~Cluster() {
   if (mpirun_ > 0) {
     ::kill(-mpirun_, SIGKILL);
     ::waitpid(mpirun_, nullptr, 0);
   }
+  if (hosts_up_) {
+    std::string ignored;
+    RunCommand(absl::StrCat("bash ", HostsScript(), " down ", dir_.path()), &ignored);
+  }
+}
+
+std::string Cluster::HostRoot(int host) const {
+  if (!hosts_.has_value() || !hosts_->root_on_host_disks.value_or(hosts_->local_storage)) return root();
+  return dir_.Sub(absl::StrCat("host", host, "/root"));
+}
+
+std::vector<std::string> Cluster::JobCommand() const {
+  std::vector<std::string> args;
+  if (hosts_.has_value()) {
+    // mpirun runs on host 0, whose namespaces its holder process keeps.
+    std::string pid = PosixFileSystem()->ReadFileToString(dir_.Sub("pid0"), 64).value_or("");
+    pid.erase(pid.find_last_not_of(" \n") + 1);
+    args = {"/usr/bin/nsenter", "-t", pid, "-n", "-u", "-m", "--"};
+  }
+  args.insert(args.end(), {MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(ranks_)});
+  if (hosts_.has_value()) {
+    args.insert(args.end(),
+                {"--map-by", "node", "--hostfile", dir_.Sub("hostfile"), "--mca", "plm_rsh_agent",
+                 dir_.Sub("agent"), "--mca", "btl", "tcp,self", "--mca", "pml", "ob1", "--mca",
+                 "btl_tcp_if_include", kHostsSubnet, "--mca", "oob_tcp_if_include", kHostsSubnet});
+  }
+  args.insert(args.end(), {CKPTD_BINARY, "--root", root(), "--socket", dir_.Sub("sock/ckptd-{rank}.sock"),
+                           "--commit-timeout", "60s"});
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());  // later flags win
+  return args;
 }
 
 absl::Status Cluster::Start() {
-  const std::string np = std::to_string(ranks_);
-  const std::string root_dir = root();
-  const std::string socket = dir_.Sub("sock/ckptd-{rank}.sock");
+  if (hosts_.has_value() && !hosts_up_) {
+    std::string out;
+    const int rc = RunCommand(absl::StrCat("CKPTD_HOSTS_OWNER=", ::getpid(), " bash ", HostsScript(), " up ",
+                                           hosts_->hosts, " ", dir_.path()),
+                              &out);
+    if (rc != 0) return absl::FailedPreconditionError(absl::StrCat("simulated hosts did not come up: ", out));
+    hosts_up_ = true;
+  }
   const std::string log_path = log();
-  std::vector<std::string> args = {MPIEXEC,
-                                   "--allow-run-as-root",
-                                   "--oversubscribe",
-                                   "-np",
-                                   np,
-                                   CKPTD_BINARY,
-                                   "--root",
-                                   root_dir,
-                                   "--socket",
-                                   socket,
-                                   "--commit-timeout",
-                                   "60s"};
-  args.insert(args.end(), extra_args_.begin(), extra_args_.end());  // later flags win
+  std::vector<std::string> args = JobCommand();
   mpirun_ = ::fork();
   if (mpirun_ < 0) return absl::InternalError("fork failed");
   if (mpirun_ == 0) {

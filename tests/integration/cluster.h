@@ -1,5 +1,9 @@
 // A real ckptd job for integration tests: `mpirun -np N ckptd` over a fresh temp
 // directory, one unix socket per rank, and helpers to run trainers as threads.
+// With SimulatedHosts, the ranks are spread (by node) over simulated hosts made by
+// tests/multihost/hosts.sh: Open MPI over TCP between network namespaces, each host
+// with its own hostname and its own "local disk". Sockets stay reachable from the
+// test, which runs outside the namespaces.
 // Owned by one test; not thread-safe itself (clients it hands out are).
 #ifndef CKPTD_TESTS_INTEGRATION_CLUSTER_H_
 #define CKPTD_TESTS_INTEGRATION_CLUSTER_H_
@@ -8,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,11 +22,23 @@
 
 namespace ckptd::testing {
 
+// Where a multi-host job keeps its checkpoints: one root on a directory every host
+// sees (--storage shared), or each host's own disk (--storage local).
+struct SimulatedHosts {
+  int hosts = 2;
+  bool local_storage = false;  // --storage local, else shared
+  // Whether the root lies on each host's own disk; by default exactly when storage
+  // is local. Set otherwise to test a misconfiguration.
+  std::optional<bool> root_on_host_disks{};
+};
+
 class Cluster {
  public:
   // `root` empty: a root inside the cluster's own temp directory.
   explicit Cluster(int ranks, std::string root = "", std::vector<std::string> extra_args = {})
       : ranks_(ranks), root_(std::move(root)), extra_args_(std::move(extra_args)) {}
+  // `ranks` daemons over simulated hosts; rank r runs on host r % hosts.hosts.
+  Cluster(int ranks, SimulatedHosts hosts, std::vector<std::string> extra_args = {});
   ~Cluster();
 
   // Starts the job and waits until every daemon accepts connections. If the job exits
@@ -32,7 +49,11 @@ class Cluster {
   int Stop();
 
   std::string Address(int rank) const { return dir_.Sub("sock/ckptd-" + std::to_string(rank) + ".sock"); }
+  // The root as the daemons see it.
   std::string root() const { return root_.empty() ? dir_.Sub("root") : root_; }
+  // The root as the test sees host `host`'s copy: its own disk with local storage.
+  std::string HostRoot(int host) const;
+  int hosts() const { return hosts_.has_value() ? hosts_->hosts : 1; }
   std::string log() const { return dir_.Sub("daemons.log"); }
   const std::string& dir() const { return dir_.path(); }
   std::unique_ptr<Client> Connect(int rank) const;
@@ -42,7 +63,12 @@ class Cluster {
   int WaitForExit();
 
  private:
+  // The command line that starts the job (mpirun inside host 0 with simulated hosts).
+  std::vector<std::string> JobCommand() const;
+
   int ranks_;
+  std::optional<SimulatedHosts> hosts_;
+  bool hosts_up_ = false;
   std::string root_;
   std::vector<std::string> extra_args_;
   TempDir dir_;

@@ -14,6 +14,16 @@ TEST(ConfigTest, Defaults) {
   auto c = ParseConfig("");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->commit_timeout, absl::Seconds(60));
+  EXPECT_EQ(c->storage, Storage::kShared);
+}
+
+TEST(ConfigTest, StorageIsSharedOrLocal) {
+  EXPECT_EQ(ParseConfig("storage: local")->storage, Storage::kLocal);
+  EXPECT_EQ(ParseConfig("storage: shared")->storage, Storage::kShared);
+  const absl::Status s = ParseConfig("storage: nfs").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'nfs' is neither 'shared' nor 'local'"), absl::string_view::npos) << s;
+  EXPECT_EQ(ExpandPathPattern("/nvme/ckpt-{rank}", 7, 0), "/nvme/ckpt-7");
 }
 
 TEST(ConfigTest, ParsesKeys) {
@@ -22,7 +32,7 @@ TEST(ConfigTest, ParsesKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->root, "/data");
   EXPECT_EQ(c->commit_timeout, absl::Milliseconds(1500));
-  EXPECT_EQ(ExpandSocketPath(c->socket_path, 3, 1000), "/run/x/3.sock");
+  EXPECT_EQ(ExpandPathPattern(c->socket_path, 3, 1000), "/run/x/3.sock");
 }
 
 TEST(ConfigTest, UnknownKeyAndBadValuesAreErrors) {
@@ -48,7 +58,8 @@ namespace ckptd {
 namespace {
 
 TEST(BoundedMessagesTest, ListsAFewIdsThenCountsTheRest) {
-  EXPECT_EQ(JoinBounded({}), "");
+  EXPECT_EQ(JoinBounded(std::vector<int>{}), "");
+  EXPECT_EQ(JoinBounded(std::vector<std::string>{"1 (on a)", "2 (on b)"}), "1 (on a),2 (on b)");
   EXPECT_EQ(JoinBounded({3, 5, 9}), "3,5,9");
   std::vector<int> many(2047);
   for (int i = 0; i < 2047; ++i) many[i] = i + 1;

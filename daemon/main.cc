@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
+  if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
   int tcp_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(fs, config, &service, &tcp_port);
   if (!server.ok()) fatal(server.status());

@@ -64,6 +64,10 @@ class Coordinator {
   // token (one root). Local: none may see another's (a root of its own). Otherwise
   // FAILED_PRECONDITION on every rank, naming the rank and host. Call before Run.
   absl::Status CheckRoot();
+  // Local storage: a crash between the hosts' publishes can leave a step published on
+  // some hosts only. Every rank takes back the committed steps that are not on every
+  // host, so that no daemon reports a step it cannot restore. Call after CheckRoot.
+  absl::Status ReconcileLocalSteps();
 
  private:
   struct RoundTally;

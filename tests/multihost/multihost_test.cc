@@ -178,6 +178,39 @@ TEST_F(StorageModeTest, WipedDiskFailsTheStepNamingTheHostAndPublishesItNowhere)
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
 }
 
+TEST_F(StorageModeTest, AStepPublishedOnSomeHostsOnlyIsTakenBackAtStart) {
+  Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = true});
+  FileSystem* fs = PosixFileSystem();
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.log();
+  ASSERT_TRUE(SaveStep(cluster, 2, 1).ok());
+  const std::string host1_state = JoinPath(cluster.HostRoot(1), "mh/checkpoint");
+  const std::string state_at_step1 = fs->ReadFileToString(host1_state, 1 << 16).value_or("");
+  ASSERT_TRUE(SaveStep(cluster, 2, 2).ok());
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  // As if host1 crashed before renaming its step 2 into place: the temp directory is
+  // still there and its state file names step 1.
+  ASSERT_TRUE(fs->Rename(JoinPath(cluster.HostRoot(1), "mh/step-00000002"),
+                         JoinPath(cluster.HostRoot(1), "mh/.tmp-step-00000002"))
+                  .ok());
+  ASSERT_TRUE(fs->WriteFileAtomically(host1_state, state_at_step1).ok());
+
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.log();
+  for (int host = 0; host < 2; ++host) {
+    auto listed = cluster.Connect(host)->ListCheckpoints("mh");
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_EQ(listed->checkpoints_size(), 1) << host;
+    EXPECT_EQ(listed->checkpoints(0).step(), 1);
+  }
+  EXPECT_FALSE(fs->Exists(JoinPath(cluster.HostRoot(0), "mh/step-00000002")));
+  EXPECT_EQ(fs->ReadFileToString(JoinPath(cluster.HostRoot(0), "mh/checkpoint"), 1 << 16).value_or("?"),
+            state_at_step1);
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 22).value_or("");
+  EXPECT_NE(log.find("run 'mh' step 2 is committed on 1 of 2 hosts"), std::string::npos) << log;
+  // Step 2 can be saved again.
+  ASSERT_TRUE(SaveStep(cluster, 2, 2).ok());
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
 TEST_F(StorageModeTest, SharedStorageOnNodeLocalDisksIsRefusedAtStartNamingTheHost) {
   Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = false, .root_on_host_disks = true});
   EXPECT_FALSE(cluster.Start().ok());

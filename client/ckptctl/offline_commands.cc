@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/ckptctl/commands.h"
 #include "client/tensor_export.h"
 #include "daemon/base/dtype.h"
@@ -70,6 +71,36 @@ ckptd::CheckpointMeta ReadMeta(const std::string& prefix) {
       ckptd::JoinPath(ckptd::DirName(prefix), ckptd::kCheckpointMetaFile), 1 << 28);
   if (!text.ok()) return ckptd::CheckpointMeta{};
   return ckptd::CheckpointMeta::FromJson(*text).value_or(ckptd::CheckpointMeta{});
+}
+
+// One host's part of a checkpoint saved with `storage: local`: the data files in
+// this directory, and who holds the others (from ckptd.json). `elsewhere` is empty
+// for a checkpoint that is whole here.
+struct HostPart {
+  std::set<int> here;
+  std::vector<std::string> elsewhere;  // "rank 1 (host1)"
+
+  std::string Note(const std::string& prefix) const {
+    return absl::StrCat(
+        ckptd::DirName(prefix), " holds ",
+        here.empty() ? "no shard" : absl::StrCat("the shard of rank ", absl::StrJoin(here, ",")),
+        " of this checkpoint only (saved with storage: local); ", absl::StrJoin(elsewhere, ", "), " hold",
+        elsewhere.size() == 1 ? "s" : "", " the rest: run this on those hosts too");
+  }
+};
+
+HostPart PartHere(const std::string& prefix, const ckptd::CheckpointMeta& meta) {
+  HostPart part;
+  if (meta.storage != "local") return part;
+  for (const ckptd::CheckpointMeta::Host& h : meta.hosts) {
+    if (ckptd::PosixFileSystem()->Exists(ckptd::JoinPath(ckptd::DirName(prefix), h.file))) {
+      part.here.insert(h.rank);
+    } else {
+      part.elsewhere.push_back(
+          absl::StrCat("rank ", h.rank, h.host.empty() ? "" : absl::StrCat(" (", h.host, ")")));
+    }
+  }
+  return part;
 }
 
 absl::StatusOr<std::vector<std::string>> SelectNames(const BundleReader& reader, const std::string& pattern) {
@@ -140,6 +171,7 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
   if (!names.ok()) return Error(names.status());
   // ckptd.json, when the checkpoint is ours, adds the mesh and each tensor's layout.
   const ckptd::CheckpointMeta meta = ReadMeta(prefix);
+  const HostPart part = PartHere(prefix, meta);
   const std::string mesh = meta.mesh;
   std::map<std::string, std::string> layouts;
   for (const ckptd::CheckpointMeta::Tensor& t : meta.tensors) {
@@ -150,6 +182,7 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
     std::printf("%s: %d shard(s), %zu tensor(s)%s\n", prefix.c_str(), (*reader)->header().num_shards(),
                 names->size(), pattern.empty() ? "" : absl::StrCat(" matching '", pattern, "'").c_str());
     if (!mesh.empty()) std::printf("mesh: %s\n", mesh.c_str());
+    if (!part.elsewhere.empty()) std::printf("note: %s\n", part.Note(prefix).c_str());
   }
   for (const std::string& name : *names) {
     auto info = (*reader)->Lookup(name);
@@ -195,6 +228,7 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
   if (as_json) {
     json out = {{"num_shards", (*reader)->header().num_shards()}, {"entries", entries}};
     if (!mesh.empty()) out["mesh"] = mesh;
+    if (!part.elsewhere.empty()) out["shards_elsewhere"] = part.elsewhere;
     PrintJson(out);
   }
   return kOk;
@@ -214,17 +248,28 @@ int Verify(const std::string& arg, bool as_json, bool quiet) {
   std::vector<std::string> problems;
   int64_t bytes = 0;
   Progress progress("verify");
-  const int checked = (*reader)->VerifyAll(&problems, &bytes, [&](int64_t done, int64_t total) {
-    if (!quiet && !as_json) progress.Update(done, total);
-  });
+  // One host's part of a local-storage checkpoint: check what is here, say where the
+  // rest is. A part with none of the data files is a problem, not a pass.
+  const HostPart part = PartHere(prefix, ReadMeta(prefix));
+  int checked = 0;
+  if (!part.elsewhere.empty() && part.here.empty()) {
+    problems.push_back(part.Note(prefix));
+  } else {
+    checked = (*reader)->VerifyAll(
+        &problems, &bytes,
+        [&](int64_t done, int64_t total) {
+          if (!quiet && !as_json) progress.Update(done, total);
+        },
+        part.here);
+  }
   if (as_json) {
-    PrintJson({{"prefix", prefix},
-               {"ok", problems.empty()},
-               {"entries", checked},
-               {"bytes", bytes},
-               {"problems", problems}});
+    json out = {{"prefix", prefix},   {"ok", problems.empty()}, {"complete", part.elsewhere.empty()},
+                {"entries", checked}, {"bytes", bytes},         {"problems", problems}};
+    if (!part.elsewhere.empty()) out["shards_elsewhere"] = part.elsewhere;
+    PrintJson(out);
   } else {
     for (const std::string& line : problems) std::cerr << "FAIL " << line << std::endl;
+    if (!part.elsewhere.empty() && !part.here.empty()) std::printf("note: %s\n", part.Note(prefix).c_str());
     std::printf("%s: %d entries checked, %lld bytes, %zu problem(s)\n", prefix.c_str(), checked,
                 static_cast<long long>(bytes), problems.size());
   }
@@ -255,6 +300,10 @@ int Export(const std::string& arg, const std::string& format, const std::string&
   std::string prefix;
   auto reader = OpenCheckpoint(arg, &prefix);
   if (!reader.ok()) return Error(reader.status());
+  if (const HostPart part = PartHere(prefix, ReadMeta(prefix)); !part.elsewhere.empty()) {
+    return Error(
+        absl::FailedPreconditionError(absl::StrCat("cannot export whole tensors: ", part.Note(prefix))));
+  }
   auto names = SelectNames(**reader, pattern);
   if (!names.ok()) return Error(names.status());
   if (absl::Status s = (*reader)->OpenAllDataFiles(); !s.ok()) return Error(s);
@@ -345,6 +394,12 @@ int Diff(const std::string& a_arg, const std::string& b_arg, const std::string& 
   if (!a.ok()) return Error(a.status());
   auto b = OpenCheckpoint(b_arg, &b_prefix);
   if (!b.ok()) return Error(b.status());
+  for (const std::string& prefix : {a_prefix, b_prefix}) {
+    if (const HostPart part = PartHere(prefix, ReadMeta(prefix)); !part.elsewhere.empty()) {
+      return Error(
+          absl::FailedPreconditionError(absl::StrCat("cannot compare contents: ", part.Note(prefix))));
+    }
+  }
   auto a_names = SelectNames(**a, pattern);
   auto b_names = SelectNames(**b, pattern);
   if (!a_names.ok()) return Error(a_names.status());

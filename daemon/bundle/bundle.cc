@@ -535,12 +535,16 @@ absl::Status BundleReader::OpenAllDataFiles() {
 }
 
 int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked,
-                            const std::function<void(int64_t, int64_t)>& progress) {
+                            const std::function<void(int64_t, int64_t)>& progress,
+                            const std::set<int>& shards) {
   int checked = 0;
   std::string buffer;
   int64_t total = 0, done = 0;
+  auto wanted = [&](const tf::BundleEntryProto& entry) {
+    return entry.slices_size() == 0 && (shards.empty() || shards.count(entry.shard_id()) > 0);
+  };
   for (const auto& [key, entry] : entries_) {
-    if (entry.slices_size() == 0) total += entry.size();
+    if (wanted(entry)) total += entry.size();
   }
   // Slice keys are binary (OrderedCode): problems name the tensor and slice instead.
   std::map<std::string, std::string> display;
@@ -550,7 +554,7 @@ int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_c
     for (const SavedPiece& p : info->pieces) display[p.key] = p.label;
   }
   for (const auto& [raw_key, entry] : entries_) {
-    if (entry.slices_size() > 0) continue;  // holds no bytes; its slices are entries too
+    if (!wanted(entry)) continue;  // a sliced entry holds no bytes (its slices are entries)
     // A slice no tensor lists keeps a printable form of its key.
     auto shown = display.find(raw_key);
     const std::string key = shown != display.end() ? shown->second

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,8 +180,11 @@ class BundleReader {
   // Reads every entry and checks every checksum; one line per problem found
   // (naming tensor and file) in *problems. Returns the number of entries checked.
   // `progress`, when set, is called after each entry with (bytes done, bytes in all).
+  // `shards`, when not empty, limits the check to entries in those data files (one
+  // host's part of a checkpoint on local disks).
   int VerifyAll(std::vector<std::string>* problems, int64_t* bytes_checked,
-                const std::function<void(int64_t, int64_t)>& progress = nullptr);
+                const std::function<void(int64_t, int64_t)>& progress = nullptr,
+                const std::set<int>& shards = {});
 
   std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
 

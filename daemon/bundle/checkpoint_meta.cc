@@ -9,8 +9,11 @@ namespace ckptd {
 std::string CheckpointMeta::ToJson() const {
   nlohmann::json host_list = nlohmann::json::array();
   for (const Host& h : hosts) {
-    host_list.push_back(
-        {{"rank", h.rank}, {"file", h.file}, {"bytes", h.bytes}, {"write_seconds", h.write_seconds}});
+    host_list.push_back({{"rank", h.rank},
+                         {"host", h.host},
+                         {"file", h.file},
+                         {"bytes", h.bytes},
+                         {"write_seconds", h.write_seconds}});
   }
   nlohmann::json tensor_list = nlohmann::json::array();
   for (const Tensor& t : tensors) {
@@ -28,6 +31,7 @@ std::string CheckpointMeta::ToJson() const {
       {"run", run},
       {"step", step},
       {"num_hosts", num_hosts},
+      {"storage", storage},
       {"trainer_count", trainer_count},
       {"mesh", mesh},
       {"created_unix", created_unix},
@@ -49,12 +53,14 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
     meta.run = doc.value("run", "");
     meta.step = doc.value("step", int64_t{0});
     meta.num_hosts = doc.value("num_hosts", 0);
+    meta.storage = doc.value("storage", "shared");
     meta.trainer_count = doc.value("trainer_count", 0);
     meta.mesh = doc.value("mesh", "");
     meta.created_unix = doc.value("created_unix", int64_t{0});
     meta.bytes_per_host = doc.value("bytes_per_host", std::vector<int64_t>());
     for (const auto& h : doc.value("hosts", nlohmann::json::array())) {
       meta.hosts.push_back({.rank = h.value("rank", 0),
+                            .host = h.value("host", ""),
                             .file = h.value("file", ""),
                             .bytes = h.value("bytes", int64_t{0}),
                             .write_seconds = h.value("write_seconds", 0.0)});

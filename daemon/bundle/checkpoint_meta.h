@@ -20,6 +20,7 @@ inline constexpr char kCheckpointMetaFormat[] = "ckptd/1";
 struct CheckpointMeta {
   struct Host {
     int rank = 0;
+    std::string host{};  // the machine's host name ("" in files written before it was recorded)
     std::string file{};  // its data file, relative to the step directory
     int64_t bytes = 0;
     double write_seconds = 0;
@@ -41,6 +42,9 @@ struct CheckpointMeta {
   std::string run{};
   int64_t step = 0;
   int num_hosts = 0;
+  // "shared": every data file lies in the one step directory. "local": each host's
+  // step directory holds its own data file only (and copies of the index and this).
+  std::string storage = "shared";
   int trainer_count = 0;
   std::string mesh{};
   int64_t created_unix = 0;

@@ -361,6 +361,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   }
   entries.set_file_bytes(file_bytes);
   entries.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  entries.set_host(HostName());
   *entries_out = entries.SerializeAsString();
   *bytes_out = file_bytes;
   return absl::OkStatus();
@@ -378,6 +379,7 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
                       .run = key.run,
                       .step = key.step,
                       .num_hosts = num_shards,
+                      .storage = std::string(StorageName(options_.storage)),
                       .trainer_count = trainer_count,
                       .mesh = plan.mesh,
                       .bytes_per_host = plan.bytes_per_host};
@@ -390,6 +392,7 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
       located[{e.name(), BoxOf(e.start(), e.length())}] = e;
     }
     meta.hosts.push_back({.rank = host,
+                          .host = list.host(),
                           .file = DataPath("ckpt", host, num_shards),
                           .bytes = list.file_bytes(),
                           .write_seconds = list.write_seconds()});

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -99,6 +100,26 @@ TEST_P(MultiHostTest, StepCommitsOnEveryHostWithEachHostsShardWhereItBelongs) {
     EXPECT_EQ(fs->ReadFileToString(JoinPath(cluster.HostRoot(host), "mh/step-00000001/ckpt.index"), 1 << 20)
                   .value_or("?"),
               index0);
+  }
+  // ckptctl on one host's directory: checks what is there and says who holds the rest.
+  const std::string host1_step = JoinPath(cluster.HostRoot(1), "mh/step-00000001");
+  std::string out;
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json ", host1_step), &out), 0) << out;
+  const nlohmann::json verified = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(verified["ok"], true);
+  EXPECT_EQ(verified["complete"], !mode.local);
+  EXPECT_GT(verified["entries"].get<int>(), 0);
+  if (mode.local) {
+    std::vector<std::string> elsewhere = {"rank 0 (host0)"};
+    if (mode.hosts == 3) elsewhere.push_back("rank 2 (host2)");
+    EXPECT_EQ(verified["shards_elsewhere"], elsewhere);
+    TempDir exported;
+    EXPECT_EQ(
+        RunCommand(absl::StrCat(CKPTCTL_BINARY, " export ", host1_step, " --out ", exported.Sub("x")), &out),
+        2);
+    EXPECT_NE(out.find("holds the shard of rank 1 of this checkpoint only (saved with storage: local)"),
+              std::string::npos)
+        << out;
   }
   if (!mode.local) {
     // Every daemon restores the whole tensor, reading every host's shard.

@@ -239,11 +239,13 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
                       .run = "r",
                       .step = 300,
                       .num_hosts = 2,
+                      .storage = "local",
                       .trainer_count = 4,
                       .mesh = "|x=2|0,1|0|/d:0",
                       .created_unix = 1700000000,
                       .bytes_per_host = {10, 20}};
-  meta.hosts.push_back({.rank = 1, .file = "ckpt.data-00001-of-00002", .bytes = 20, .write_seconds = 0.5});
+  meta.hosts.push_back(
+      {.rank = 1, .host = "node-7", .file = "ckpt.data-00001-of-00002", .bytes = 20, .write_seconds = 0.5});
   meta.tensors.push_back(
       {.name = "w",
        .dtype = "float",
@@ -256,6 +258,13 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
   EXPECT_EQ(back->ToJson(), meta.ToJson());
   EXPECT_EQ(back->tensors[0].boxes[1].box, (Box{{2, 0}, {2, 2}}));
   EXPECT_EQ(back->hosts[0].file, "ckpt.data-00001-of-00002");
+  EXPECT_EQ(back->hosts[0].host, "node-7");
+  EXPECT_EQ(back->storage, "local");
+  // Files written before `storage` and `host` existed read as shared, host unknown.
+  auto old = CheckpointMeta::FromJson(R"({"format": "ckptd/1", "hosts": [{"rank": 0}]})");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->storage, "shared");
+  EXPECT_EQ(old->hosts[0].host, "");
   for (const std::string& bad :
        {std::string("[]"), std::string("{\"format\": \"other/1\"}"),
         std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{")}) {

@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
                                 config.max_tensors_per_request,
                                 config.max_request_bytes,
                                 config.max_trainers,
-                                ""};
+                                "",
+                                config.storage == ckptd::Storage::kLocal};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   spdlog::info("device memory: {}", service.DeviceDescription());
   ckptd::Coordinator coordinator(

@@ -176,6 +176,8 @@ class BundleReader {
   // deleted later (retention). NOT_FOUND becomes DATA_LOSS: a committed checkpoint
   // with a missing data file has lost data.
   absl::Status OpenAllDataFiles();
+  // The same for one data file.
+  absl::Status OpenDataFile(int shard) { return DataFileHandle(shard).status(); }
 
   // Reads every entry and checks every checksum; one line per problem found
   // (naming tensor and file) in *problems. Returns the number of entries checked.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -80,9 +81,18 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
     return absl::InternalError(
         absl::StrCat("ReadPlan: ", outputs.size(), " outputs for ", plan.items.size(), " items"));
   }
-  // Every data file is opened first: the files stay readable whatever happens to the
-  // directory meanwhile (retention), and a missing one fails before any read.
-  RETURN_IF_ERROR(reader.OpenAllDataFiles());
+  // Every data file the plan reads is opened first: the files stay readable whatever
+  // happens to the directory meanwhile (retention), and a missing one fails before any
+  // read. Only those: on local disks the other hosts' files are not here.
+  std::set<int> shards;
+  for (const RestoreItem& item : plan.items) {
+    for (const Box& box : item.boxes) {
+      for (const SavedPiece& piece : item.info.pieces) {
+        if (Intersect(piece.box, box).has_value()) shards.insert(piece.entry.shard_id());
+      }
+    }
+  }
+  for (int shard : shards) RETURN_IF_ERROR(reader.OpenDataFile(shard));
   struct Read {
     const RestoreItem* item;
     const Box* box;

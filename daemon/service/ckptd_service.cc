@@ -15,6 +15,7 @@
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/layout/cast.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/save_payload.h"
@@ -315,7 +316,13 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     StepKey key;
     ~EndRestore() { registry->EndRestore(key); }
   } end_restore{registry_, {request.run(), step}};
-  ASSIGN_OR_RETURN(RestorePlan plan, PlanRestore(*reader, wants.tensors, placement));
+  absl::StatusOr<RestorePlan> planned = PlanRestore(*reader, wants.tensors, placement);
+  // A data file missing here is DATA_LOSS on a shared root, but on local disks it
+  // is another host's shard: say so, and do not let fallback skip good steps for it.
+  if (absl::IsDataLoss(planned.status()) && context_.local_storage) {
+    RETURN_IF_ERROR(CheckShardsHere(*reader, store_->StepDir(request.run(), step)));
+  }
+  ASSIGN_OR_RETURN(RestorePlan plan, std::move(planned));
   if (!note.empty()) {
     absl::StrAppend(&note, "; restored step ", step);
     spdlog::warn("Restore of run '{}' with fallback: {}", request.run(), note);
@@ -454,6 +461,31 @@ grpc::Status CkptdService::ListTensors(grpc::ServerContext* ctx, const v1::ListT
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoListTensors(*request, response);
   return ToGrpcStatus(s);
+}
+
+absl::Status CkptdService::CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const {
+  std::vector<std::string> elsewhere;
+  absl::StatusOr<std::string> text =
+      store_->fs()->ReadFileToString(JoinPath(step_dir, kCheckpointMetaFile), context_.max_index_bytes);
+  absl::StatusOr<CheckpointMeta> meta =
+      text.ok() ? CheckpointMeta::FromJson(*text) : absl::StatusOr<CheckpointMeta>(text.status());
+  for (int shard = 0; shard < reader.header().num_shards(); ++shard) {
+    if (store_->fs()->Exists(reader.DataFile(shard))) continue;
+    std::string host;
+    if (meta.ok()) {
+      for (const CheckpointMeta::Host& h : meta->hosts) {
+        if (h.rank == shard && !h.host.empty()) host = absl::StrCat(" (", h.host, ")");
+      }
+    }
+    elsewhere.push_back(absl::StrCat(shard, host));
+  }
+  if (elsewhere.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("this restore needs the shard(s) of rank(s) ",
+                                                    JoinBounded(elsewhere),
+                                                    ", which live on other hosts' disks "
+                                                    "(storage: local); this daemon cannot read other hosts' "
+                                                    "shards yet: restore those tensors from the daemons "
+                                                    "that hold them, or use storage: shared"));
 }
 
 absl::Status CkptdService::DoListTensors(const v1::ListTensorsRequest& request,

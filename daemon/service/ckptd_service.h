@@ -38,7 +38,8 @@ struct ServiceContext {
   int64_t max_tensors_per_request = 100000;
   int64_t max_request_bytes = int64_t{64} << 30;
   int max_trainers = 16384;
-  std::string tcp_address;  // filled in once the TCP listener is up
+  std::string tcp_address;     // filled in once the TCP listener is up
+  bool local_storage = false;  // storage: local (this host holds its own shard only)
 };
 
 class CkptdService final
@@ -108,6 +109,9 @@ class CkptdService final
   absl::StatusOr<std::shared_ptr<SharedSegment>> MapTrainerSegment(const std::string& peer,
                                                                    const v1::SaveHeader& header,
                                                                    const std::vector<CheckedTensor>& tensors);
+  // With local storage: FAILED_PRECONDITION naming the ranks and hosts whose shards a
+  // restore needs when they are not on this host (peer reads are not implemented).
+  absl::Status CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const;
   absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);

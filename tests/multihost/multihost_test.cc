@@ -121,7 +121,26 @@ TEST_P(MultiHostTest, StepCommitsOnEveryHostWithEachHostsShardWhereItBelongs) {
               std::string::npos)
         << out;
   }
-  if (!mode.local) {
+  if (mode.local) {
+    // This host's own rows restore from its disk; the whole tensor needs the other
+    // hosts' shards, which is refused by name rather than passed off as data loss.
+    std::vector<float> mine(8 * 16);
+    auto restored = cluster.Connect(0)->Restore("mh", 1,
+                                                {{.name = "w",
+                                                  .dtype = kDtFloat,
+                                                  .box_start = {0, 0},
+                                                  .box_length = {8, 16},
+                                                  .data = mine.data(),
+                                                  .size = mine.size() * 4}});
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(mine, Rows(0, 1));
+    std::vector<float> all(static_cast<size_t>(8 * mode.hosts * 16));
+    restored = cluster.Connect(0)->Restore(
+        "mh", std::nullopt, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+    EXPECT_EQ(restored.status().code(), absl::StatusCode::kFailedPrecondition) << restored.status();
+    EXPECT_NE(restored.status().message().find("rank(s) 1 (host1)"), absl::string_view::npos)
+        << restored.status();
+  } else {
     // Every daemon restores the whole tensor, reading every host's shard.
     for (int rank = 0; rank < mode.hosts; ++rank) {
       std::vector<float> back(static_cast<size_t>(8 * mode.hosts * 16));

@@ -2,11 +2,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 
@@ -20,137 +22,147 @@ absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text) {
   return absl::InvalidArgumentError(absl::StrCat("bad duration '", text, "' (want e.g. 30s, 500ms, 2m)"));
 }
 
+namespace {
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("config: ", what));
+}
+
+// Calls fn(key, value) for each key of the map under `section`. fn answers NOT_FOUND
+// for a key it does not know, reported as an unknown key; a typo never falls back to
+// a default.
+absl::Status ForEachKey(const std::string& section, const YAML::Node& node,
+                        const std::function<absl::Status(const std::string&, const YAML::Node&)>& fn) {
+  if (!node.IsMap()) return Invalid(absl::StrCat(section, " must be a map"));
+  for (const auto& item : node) {
+    const std::string key = item.first.as<std::string>();
+    const absl::Status s = fn(key, item.second);
+    if (absl::IsNotFound(s)) return Invalid(absl::StrCat("unknown key ", section, ".", key));
+    RETURN_IF_ERROR(s);
+  }
+  return absl::OkStatus();
+}
+
+// What a key parser answers for a key it does not know.
+absl::Status Unknown() { return absl::NotFoundError(""); }
+
+absl::Status ParseSection(const std::string& section, const YAML::Node& node, DaemonConfig& config) {
+  if (section == "commit") {
+    return ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+      if (key != "timeout") return Unknown();
+      absl::StatusOr<absl::Duration> d = ParseDuration(value.as<std::string>());
+      if (!d.ok()) return Invalid(absl::StrCat("commit.timeout: ", d.status().message()));
+      config.commit_timeout = *d;
+      return absl::OkStatus();
+    });
+  }
+  if (section == "security") {
+    return ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+      if (key == "allowed_uids" || key == "allowed_gids") {
+        (key == "allowed_uids" ? config.allowed_uids : config.allowed_gids) =
+            value.as<std::vector<uint32_t>>();
+      } else if (key == "socket_group" || key == "checkpoint_group") {
+        (key == "socket_group" ? config.socket_group : config.checkpoint_group) = value.as<std::string>();
+      } else {
+        return Unknown();
+      }
+      return absl::OkStatus();
+    });
+  }
+  if (section == "limits") {
+    RETURN_IF_ERROR(
+        ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+          if (key == "max_tensors_per_request" || key == "max_request_bytes") {
+            (key == "max_request_bytes" ? config.max_request_bytes : config.max_tensors_per_request) =
+                value.as<int64_t>();
+          } else if (key == "max_concurrent_rpcs" || key == "max_trainers") {
+            (key == "max_trainers" ? config.max_trainers : config.max_concurrent_rpcs) = value.as<int>();
+          } else {
+            return Unknown();
+          }
+          return absl::OkStatus();
+        }));
+    if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 ||
+        config.max_concurrent_rpcs < 4 || config.max_trainers < 1) {
+      return Invalid("limits must be positive (max_concurrent_rpcs at least 4)");
+    }
+    return absl::OkStatus();
+  }
+  if (section == "staging") {
+    return ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+      if (key != "memory_limit") return Unknown();
+      config.staging_memory_limit = value.as<int64_t>();
+      return config.staging_memory_limit < 1 ? Invalid("staging.memory_limit must be positive")
+                                             : absl::OkStatus();
+    });
+  }
+  if (section == "tcp") {
+    return ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+      std::string* target = key == "address"    ? &config.tcp_address
+                            : key == "tls_cert" ? &config.tls_cert
+                            : key == "tls_key"  ? &config.tls_key
+                            : key == "tls_ca"   ? &config.tls_ca
+                                                : nullptr;
+      if (target == nullptr) return Unknown();
+      *target = value.as<std::string>();
+      return absl::OkStatus();
+    });
+  }
+  if (section == "retention") {
+    return ForEachKey(section, node, [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+      int* target = key == "keep_last"            ? &config.keep_last
+                    : key == "keep_every_n_steps" ? &config.keep_every_n_steps
+                                                  : nullptr;
+      if (target == nullptr) return Unknown();
+      *target = value.as<int>();
+      return *target < 0 ? Invalid(absl::StrCat("retention.", key, " must be >= 0")) : absl::OkStatus();
+    });
+  }
+  return Unknown();
+}
+
+absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, DaemonConfig& config) {
+  if (key == "socket_path" || key == "root" || key == "log_level") {
+    (key == "root"        ? config.root
+     : key == "log_level" ? config.log_level
+                          : config.socket_path) = value.as<std::string>();
+  } else if (key == "storage") {
+    absl::StatusOr<Storage> storage = ParseStorage(value.as<std::string>());
+    if (!storage.ok()) return Invalid(storage.status().message());
+    config.storage = *storage;
+  } else if (key == "max_index_bytes") {
+    config.max_index_bytes = value.as<int64_t>();
+  } else {
+    const absl::Status s = ParseSection(key, value, config);
+    if (absl::IsNotFound(s)) return Invalid(absl::StrCat("unknown key '", key, "'"));
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
   DaemonConfig config;
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
-  }
-  if (root.IsNull()) return config;
-  if (!root.IsMap()) return absl::InvalidArgumentError("config: top level must be a map");
-  try {
+    if (root.IsNull()) return config;
+    if (!root.IsMap()) return Invalid("top level must be a map");
     for (const auto& item : root) {
-      const std::string key = item.first.as<std::string>();
-      const YAML::Node& value = item.second;
-      if (key == "socket_path") {
-        config.socket_path = value.as<std::string>();
-      } else if (key == "root") {
-        config.root = value.as<std::string>();
-      } else if (key == "storage") {
-        absl::StatusOr<Storage> storage = ParseStorage(value.as<std::string>());
-        if (!storage.ok())
-          return absl::InvalidArgumentError(absl::StrCat("config: ", storage.status().message()));
-        config.storage = *storage;
-      } else if (key == "log_level") {
-        config.log_level = value.as<std::string>();
-      } else if (key == "max_index_bytes") {
-        config.max_index_bytes = value.as<int64_t>();
-      } else if (key == "commit") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: commit must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          if (subkey != "timeout") {
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key commit.", subkey));
-          }
-          auto d = ParseDuration(sub.second.as<std::string>());
-          if (!d.ok())
-            return absl::InvalidArgumentError(absl::StrCat("config: commit.timeout: ", d.status().message()));
-          config.commit_timeout = *d;
-        }
-      } else if (key == "security") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: security must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          if (subkey == "allowed_uids") {
-            config.allowed_uids = sub.second.as<std::vector<uint32_t>>();
-          } else if (subkey == "allowed_gids") {
-            config.allowed_gids = sub.second.as<std::vector<uint32_t>>();
-          } else if (subkey == "socket_group") {
-            config.socket_group = sub.second.as<std::string>();
-          } else if (subkey == "checkpoint_group") {
-            config.checkpoint_group = sub.second.as<std::string>();
-          } else {
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key security.", subkey));
-          }
-        }
-      } else if (key == "limits") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: limits must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          if (subkey == "max_tensors_per_request") {
-            config.max_tensors_per_request = sub.second.as<int64_t>();
-          } else if (subkey == "max_request_bytes") {
-            config.max_request_bytes = sub.second.as<int64_t>();
-          } else if (subkey == "max_concurrent_rpcs") {
-            config.max_concurrent_rpcs = sub.second.as<int>();
-          } else if (subkey == "max_trainers") {
-            config.max_trainers = sub.second.as<int>();
-          } else {
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key limits.", subkey));
-          }
-        }
-        if (config.max_tensors_per_request < 1 || config.max_request_bytes < 1 ||
-            config.max_concurrent_rpcs < 4 || config.max_trainers < 1) {
-          return absl::InvalidArgumentError(
-              "config: limits must be positive (max_concurrent_rpcs at least 4)");
-        }
-      } else if (key == "staging") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: staging must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          if (subkey != "memory_limit") {
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key staging.", subkey));
-          }
-          config.staging_memory_limit = sub.second.as<int64_t>();
-          if (config.staging_memory_limit < 1)
-            return absl::InvalidArgumentError("config: staging.memory_limit must be positive");
-        }
-      } else if (key == "tcp") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: tcp must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          std::string* target = subkey == "address"    ? &config.tcp_address
-                                : subkey == "tls_cert" ? &config.tls_cert
-                                : subkey == "tls_key"  ? &config.tls_key
-                                : subkey == "tls_ca"   ? &config.tls_ca
-                                                       : nullptr;
-          if (target == nullptr)
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key tcp.", subkey));
-          *target = sub.second.as<std::string>();
-        }
-      } else if (key == "retention") {
-        if (!value.IsMap()) return absl::InvalidArgumentError("config: retention must be a map");
-        for (const auto& sub : value) {
-          const std::string subkey = sub.first.as<std::string>();
-          int* target = subkey == "keep_last"            ? &config.keep_last
-                        : subkey == "keep_every_n_steps" ? &config.keep_every_n_steps
-                                                         : nullptr;
-          if (target == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat("config: unknown key retention.", subkey));
-          }
-          *target = sub.second.as<int>();
-          if (*target < 0)
-            return absl::InvalidArgumentError(absl::StrCat("config: retention.", subkey, " must be >= 0"));
-        }
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("config: unknown key '", key, "'"));
-      }
+      RETURN_IF_ERROR(ParseTopLevel(item.first.as<std::string>(), item.second, config));
     }
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config: ", e.what()));
+    // yaml-cpp reports a value of the wrong type by exception; parsing stops here.
+    return Invalid(e.what());
   }
-  if (config.root.empty()) return absl::InvalidArgumentError("config: root must not be empty");
+  if (config.root.empty()) return Invalid("root must not be empty");
   if (!config.tcp_address.empty() &&
       (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
-    return absl::InvalidArgumentError(
-        "config: tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual "
-        "TLS");
+    return Invalid(
+        "tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual TLS");
   }
-  if (config.socket_path.empty()) {
-    return absl::InvalidArgumentError("config: socket_path must not be empty");
-  }
+  if (config.socket_path.empty()) return Invalid("socket_path must not be empty");
   return config;
 }
 

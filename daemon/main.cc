@@ -10,9 +10,11 @@
 #include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
@@ -117,11 +119,12 @@ ckptd::PeerPolicy PolicyFrom(const ckptd::DaemonConfig& config) {
   return policy;
 }
 
-// The gRPC server: the service, the parse-error interceptor, message and thread
+// The gRPC server: the services, the parse-error interceptor, message and thread
 // limits, and the mutual-TLS TCP listener when configured (its port in *tcp_port).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
                                                           const ckptd::DaemonConfig& config,
-                                                          ckptd::CkptdService* service, int* tcp_port) {
+                                                          ckptd::CkptdService* service,
+                                                          ckptd::PeerService* peer_service, int* tcp_port) {
   grpc::ServerBuilder builder;
   if (!config.tcp_address.empty()) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
@@ -129,6 +132,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
     builder.AddListeningPort(config.tcp_address, tls, tcp_port);
   }
   builder.RegisterService(service);
+  builder.RegisterService(peer_service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -144,6 +148,37 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
         absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')"));
   }
   return server;
+}
+
+// Local storage: every daemon learns where the others listen and the job's token, so
+// that a restore can read other hosts' shards through their daemons. Every rank takes
+// part (the exchange is a collective); one without a TCP listener offers none, and
+// then restores read this host's shards only.
+absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port,
+                       ckptd::Coordinator& coordinator, ckptd::PeerDirectory& directory) {
+  ckptd::internal::PeerInfo mine;
+  mine.set_host(ckptd::HostName());
+  if (tcp_port != 0) {
+    std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = ckptd::HostName();
+    mine.set_address(absl::StrCat(host, ":", tcp_port));
+  }
+  // 128 random bits as hex: gRPC metadata values must be printable.
+  std::random_device random;
+  mine.set_token(absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random()));
+  ASSIGN_OR_RETURN(std::vector<ckptd::internal::PeerInfo> all, coordinator.ExchangePeerInfo(mine));
+  std::vector<std::string> addresses, hosts;
+  for (const ckptd::internal::PeerInfo& p : all) {
+    if (p.address().empty()) {
+      spdlog::info("storage: local without a TCP listener on host {}: restores read this host's shards only",
+                   p.host());
+      return absl::OkStatus();
+    }
+    addresses.push_back(p.address());
+    hosts.push_back(p.host());
+  }
+  return directory.Set(rank, std::move(addresses), std::move(hosts), all[0].token(),
+                       {config.tls_cert, config.tls_key, config.tls_ca}, ckptd::PosixFileSystem());
 }
 
 }  // namespace
@@ -195,6 +230,7 @@ int main(int argc, char** argv) {
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(claims->confined.get(), config.root);
   ckptd::PeerTable peers;
+  ckptd::PeerDirectory peer_directory;
   ckptd::ServiceContext context{rank,
                                 (*collective)->size(),
                                 ckptd::wire::kVersion,
@@ -203,8 +239,11 @@ int main(int argc, char** argv) {
                                 config.max_request_bytes,
                                 config.max_trainers,
                                 "",
-                                config.storage == ckptd::Storage::kLocal};
+                                config.storage == ckptd::Storage::kLocal,
+                                &peer_directory,
+                                config.commit_timeout};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
+  ckptd::PeerService peer_service(&peer_directory, &store, &registry);
   spdlog::info("device memory: {}", service.DeviceDescription());
   ckptd::Coordinator coordinator(
       collective->get(), &registry, &store,
@@ -221,12 +260,16 @@ int main(int argc, char** argv) {
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
   if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
   int tcp_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(fs, config, &service, &tcp_port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer(fs, config, &service, &peer_service, &tcp_port);
   if (!server.ok()) fatal(server.status());
   if (tcp_port != 0) {
     const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
     service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
+  }
+  if (config.storage == ckptd::Storage::kLocal) {
+    if (absl::Status s = MeetPeers(config, rank, tcp_port, coordinator, peer_directory); !s.ok()) fatal(s);
   }
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,

@@ -441,4 +441,15 @@ absl::Status Coordinator::ReconcileLocalSteps() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<internal::PeerInfo>> Coordinator::ExchangePeerInfo(
+    const internal::PeerInfo& mine) {
+  ASSIGN_OR_RETURN(std::vector<std::string> all,
+                   collective_->AllGather(mine.SerializeAsString(), absl::Now() + options_.commit_timeout));
+  std::vector<internal::PeerInfo> infos(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!infos[r].ParseFromString(all[r])) return absl::InternalError("a rank sent unparsable peer info");
+  }
+  return infos;
+}
+
 }  // namespace ckptd

@@ -68,6 +68,9 @@ class Coordinator {
   // some hosts only. Every rank takes back the committed steps that are not on every
   // host, so that no daemon reports a step it cannot restore. Call after CheckRoot.
   absl::Status ReconcileLocalSteps();
+  // Every rank's PeerInfo (in rank order) for the one this rank gives; rank 0's token
+  // is the job's. Call before Run.
+  absl::StatusOr<std::vector<internal::PeerInfo>> ExchangePeerInfo(const internal::PeerInfo& mine);
 
  private:
   struct RoundTally;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -305,10 +306,19 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
                                        const Placement& placement, int64_t step, std::string note,
                                        const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<BundleReader> reader,
-      BundleReader::Open(store_->fs(), CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
-                         context_.max_index_bytes));
+  // On local disks, other hosts' shards are read through their daemons when they are
+  // known (a TCP listener with mutual TLS).
+  const bool through_peers = context_.local_storage && context_.peer_directory != nullptr &&
+                             context_.peer_directory->ready() && context_.num_ranks > 1;
+  std::optional<PeerFileSystem> peer_fs;
+  if (through_peers) {
+    peer_fs.emplace(store_->fs(), context_.peer_directory, request.run(), step,
+                    std::min(deadline, absl::Now() + context_.peer_timeout));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
+                   BundleReader::Open(through_peers ? static_cast<FileSystem*>(&*peer_fs) : store_->fs(),
+                                      CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                                      context_.max_index_bytes));
   // Retention leaves a step alone while it is restored.
   registry_->BeginRestore({request.run(), step});
   struct EndRestore {
@@ -319,7 +329,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   absl::StatusOr<RestorePlan> planned = PlanRestore(*reader, wants.tensors, placement);
   // A data file missing here is DATA_LOSS on a shared root, but on local disks it
   // is another host's shard: say so, and do not let fallback skip good steps for it.
-  if (absl::IsDataLoss(planned.status()) && context_.local_storage) {
+  if (absl::IsDataLoss(planned.status()) && context_.local_storage && !through_peers) {
     RETURN_IF_ERROR(CheckShardsHere(*reader, store_->StepDir(request.run(), step)));
   }
   ASSIGN_OR_RETURN(RestorePlan plan, std::move(planned));

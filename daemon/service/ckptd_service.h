@@ -15,6 +15,7 @@
 #include "daemon/coord/step_registry.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
+#include "daemon/service/peer.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/device_stager.h"
 #include "daemon/staging/shared_segment.h"
@@ -40,6 +41,10 @@ struct ServiceContext {
   int max_trainers = 16384;
   std::string tcp_address;     // filled in once the TCP listener is up
   bool local_storage = false;  // storage: local (this host holds its own shard only)
+  // With local storage and a TCP listener: where the other hosts' daemons are (set at
+  // start-up); reads of their shards end within peer_timeout or the call's deadline.
+  PeerDirectory* peer_directory = nullptr;
+  absl::Duration peer_timeout = absl::Minutes(1);
 };
 
 class CkptdService final

@@ -1,6 +1,7 @@
 // Many hosts: daemons on simulated hosts (tests/multihost/hosts.sh: network, UTS and
 // mount namespaces, Open MPI over TCP between them), with one shared root or each
 // host's own disk. Needs root; skipped with the reason otherwise.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/base/status.h"
 #include "daemon/io/file_system.h"
 #include "tests/integration/cluster.h"
@@ -197,6 +199,169 @@ TEST_P(MultiHostTest, KilledRankFailsThePendingStepAndTheCommittedOneSurvivesARe
 INSTANTIATE_TEST_SUITE_P(Hosts, MultiHostTest,
                          ::testing::Values(Mode{2, false}, Mode{2, true}, Mode{3, false}, Mode{3, true}),
                          ModeName);
+
+// A throwaway CA and one daemon certificate valid for every simulated host name (also
+// presented as the client certificate when daemons read each other's shards), and a
+// config with a TCP listener on every host.
+std::string WriteTlsConfig(const TempDir& dir, int hosts) {
+  std::string names;
+  for (int h = 0; h < hosts; ++h) absl::StrAppend(&names, h == 0 ? "" : ",", "DNS:host", h);
+  const std::string script = absl::StrCat(
+      "set -e; cd ", dir.path(), "\n",
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=ca -keyout ca.key -out ca.crt "
+      "2>/dev/null\n",
+      "printf 'subjectAltName=", names, "\\n' > san.ext\n",
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=ckptd -keyout d.key -out d.csr 2>/dev/null\n",
+      "openssl x509 -req -in d.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out "
+      "d.crt "
+      "2>/dev/null\n");
+  std::string out;
+  EXPECT_EQ(RunCommand(absl::StrCat("bash -c \"", script, "\""), &out), 0) << out;
+  const std::string config = dir.Sub("peers.yaml");
+  EXPECT_TRUE(PosixFileSystem()
+                  ->WriteFileAtomically(
+                      config, absl::StrCat("tcp:\n  address: 0.0.0.0:0\n  tls_cert: ", dir.Sub("d.crt"),
+                                           "\n  tls_key: ", dir.Sub("d.key"),
+                                           "\n  tls_ca: ", dir.Sub("ca.crt"), "\n"))
+                  .ok());
+  return config;
+}
+
+class PeerRestoreTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  TempDir tls_;
+};
+
+TEST_P(PeerRestoreTest, EveryDaemonRestoresEveryShardThroughItsPeers) {
+  const int hosts = GetParam();
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls_, hosts)});
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.log();
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  for (int rank = 0; rank < hosts; ++rank) {
+    // The whole tensor, and a box that cuts across every host's rows, as bfloat16.
+    std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+    std::vector<uint16_t> columns(static_cast<size_t>(8 * hosts * 4));
+    int64_t count = 0;
+    auto restored = cluster.Connect(rank)->Restore(
+        "mh", std::nullopt,
+        {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4},
+         {.name = "w",
+          .dtype = kDtBfloat16,
+          .box_start = {0, 6},
+          .box_length = {8 * hosts, 4},
+          .data = columns.data(),
+          .size = columns.size() * 2},
+         {.name = "count", .dtype = kDtInt64, .data = &count, .size = 8}});
+    ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
+    for (int t = 0; t < hosts; ++t) {
+      EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 1)) << t;
+    }
+    for (int row = 0; row < 8 * hosts; ++row) {
+      for (int c = 0; c < 4; ++c) {
+        const float want = all[static_cast<size_t>(row * 16 + 6 + c)];
+        uint32_t bits = 0;
+        std::memcpy(&bits, &want, 4);
+        // Round to nearest even, as the daemon converts.
+        const uint16_t narrowed = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+        EXPECT_EQ(columns[static_cast<size_t>(row * 4 + c)], narrowed) << row << "," << c;
+      }
+    }
+    EXPECT_EQ(count, 1);
+  }
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+// A restore of the latest step with fallback, through a plain stub: the step it got
+// and the note, or the status.
+absl::StatusOr<std::pair<int64_t, std::string>> RestoreLatestWithFallback(const Cluster& cluster, int rank,
+                                                                          std::vector<float>* out) {
+  auto stub = v1::Ckptd::NewStub(
+      grpc::CreateChannel("unix:" + cluster.Address(rank), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::RestoreRequest request;
+  request.set_run("mh");
+  request.set_latest(true);
+  request.set_fallback(true);
+  request.add_tensors()->set_name("w");
+  auto reader = stub->Restore(&ctx, request);
+  v1::RestoreResponse message;
+  std::pair<int64_t, std::string> got;
+  while (reader->Read(&message)) {
+    if (message.has_header()) got = {message.header().step(), message.header().note()};
+    if (message.has_chunk()) {
+      std::memcpy(reinterpret_cast<char*>(out->data()) + message.chunk().offset(),
+                  message.chunk().data().data(), message.chunk().data().size());
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return got;
+}
+
+TEST_P(PeerRestoreTest, DamageOnAnotherHostIsFoundAsItIsReadAndFallbackSkipsIt) {
+  const int hosts = GetParam();
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls_, hosts)});
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.log();
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  ASSERT_TRUE(SaveStep(cluster, hosts, 2).ok());
+  // Flip one byte of the last host's shard of step 2 (its rows of "w").
+  const std::string data =
+      JoinPath(cluster.HostRoot(hosts - 1),
+               absl::StrFormat("mh/step-00000002/ckpt.data-%05d-of-%05d", hosts - 1, hosts));
+  std::string bytes = PosixFileSystem()->ReadFileToString(data, 1 << 20).value_or("");
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[40] ^= 0x10;
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(data, bytes).ok());
+
+  std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+  auto plain = cluster.Connect(0)->Restore(
+      "mh", 2, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kDataLoss) << plain.status();
+  auto fallback = RestoreLatestWithFallback(cluster, 0, &all);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->first, 1);
+  EXPECT_NE(fallback->second.find("skipped step 2"), std::string::npos) << fallback->second;
+  for (int t = 0; t < hosts; ++t) {
+    EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 1)) << t;
+  }
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+TEST_P(PeerRestoreTest, APeerThatDoesNotAnswerIsUnavailableByNameNotAHang) {
+  const int hosts = GetParam();
+  // Peer reads end within the commit timeout when the trainer sets no deadline.
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls_, hosts), "--commit-timeout", "3s"});
+  ASSERT_TRUE(cluster.Start().ok()) << cluster.log();
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  const pid_t stopped = cluster.Pid(hosts - 1);
+  ASSERT_GT(stopped, 0);
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+  auto restored = cluster.Connect(0)->Restore(
+      "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+  ::kill(stopped, SIGCONT);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kUnavailable) << restored.status();
+  EXPECT_NE(restored.status().message().find(absl::StrCat("rank ", hosts - 1, " (host", hosts - 1)),
+            absl::string_view::npos)
+      << restored.status();
+  // Once it answers again, the same restore succeeds.
+  restored = cluster.Connect(0)->Restore(
+      "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+  EXPECT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, PeerRestoreTest, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(info.param, "Hosts");
+                         });
 
 class StorageModeTest : public ::testing::Test {
  protected:

@@ -1,0 +1,101 @@
+// Reading other hosts' shards through their daemons (storage: local).
+//
+// PeerDirectory: every rank's TCP address and the job token, learned once at start-up
+// (Set, on the main thread, before any restore); read by any thread afterwards.
+// PeerService: the gRPC service that serves byte ranges of this daemon's own data
+// files to the other daemons; sync handlers on gRPC's pool, each touching only its
+// own request's file. PeerFileSystem: a FileSystem for one restore that opens another
+// host's data file as a remote file (ranged reads over gRPC, under the restore's
+// deadline); everything else goes to the local file system. The bytes are checked by
+// the entry checksums the bundle reader verifies, so a peer cannot pass off bad data.
+#ifndef CKPTD_DAEMON_SERVICE_PEER_H_
+#define CKPTD_DAEMON_SERVICE_PEER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ckptd/internal/peer.grpc.pb.h"
+#include "daemon/coord/step_registry.h"
+#include "daemon/io/file_system.h"
+#include "daemon/store/checkpoint_store.h"
+
+namespace ckptd {
+
+inline constexpr char kJobTokenHeader[] = "ckptd-job-token";
+
+// The TLS files a daemon presents to its peers and checks theirs against.
+struct PeerTls {
+  std::string cert, key, ca;
+};
+
+class PeerDirectory {
+ public:
+  // addresses[r]: rank r's "host:port"; hosts[r]: its host name (for messages).
+  // FAILED_PRECONDITION when the TLS files cannot be read.
+  absl::Status Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
+                   std::string token, const PeerTls& tls, FileSystem* fs);
+  bool ready() const;
+  int rank() const;
+  bool TokenMatches(const std::string& token) const;
+  // A stub for rank r's daemon (channels are made once and shared).
+  absl::StatusOr<internal::Peer::Stub*> Stub(int r);
+  // "rank 1 (host1, host1:7070)".
+  std::string Describe(int r) const;
+  const std::string& token() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  int rank_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> hosts_ ABSL_GUARDED_BY(mu_);
+  std::string token_;  // written once in Set, before ready_; read-only afterwards
+  std::shared_ptr<grpc::ChannelCredentials> credentials_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<internal::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+class PeerService final : public internal::Peer::Service {
+ public:
+  PeerService(const PeerDirectory* directory, CheckpointStore* store, StepRegistry* registry)
+      : directory_(directory), store_(store), registry_(registry) {}
+  grpc::Status ReadRange(grpc::ServerContext* ctx, const internal::ReadRangeRequest* request,
+                         grpc::ServerWriter<internal::ReadRangeChunk>* writer) override;
+
+ private:
+  absl::Status DoReadRange(const internal::ReadRangeRequest& request,
+                           grpc::ServerWriter<internal::ReadRangeChunk>* writer);
+  const PeerDirectory* directory_;
+  CheckpointStore* store_;
+  StepRegistry* registry_;
+};
+
+// Opens data files of the step directory `step_dir` that are not on this host from
+// the daemon whose rank holds them; every call on a remote file ends by `deadline`.
+class PeerFileSystem final : public FileSystemWrapper {
+ public:
+  PeerFileSystem(FileSystem* local, PeerDirectory* directory, std::string run, int64_t step,
+                 absl::Time deadline)
+      : FileSystemWrapper(local),
+        directory_(directory),
+        run_(std::move(run)),
+        step_(step),
+        deadline_(deadline) {}
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+
+ private:
+  PeerDirectory* directory_;
+  std::string run_;
+  int64_t step_;
+  absl::Time deadline_;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_SERVICE_PEER_H_

@@ -561,4 +561,35 @@ absl::StatusOr<v1::ListTensorsResponse> Client::ListTensors(const std::string& r
   return all;
 }
 
+absl::StatusOr<int64_t> Client::ReadStepFile(const std::string& run, int64_t step, const std::string& file,
+                                             int64_t offset, int64_t size, char* dst,
+                                             absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(timeout));
+  v1::ReadStepFileRequest request;
+  request.set_run(run);
+  request.set_step(step);
+  request.set_file(file);
+  request.set_offset(offset);
+  request.set_length(size);
+  auto reader = stub_->ReadStepFile(&ctx, request);
+  v1::ReadStepFileResponse message;
+  int64_t file_size = -1, received = 0;
+  while (reader->Read(&message)) {
+    if (file_size < 0) file_size = message.file_size();
+    const int64_t n = static_cast<int64_t>(message.data().size());
+    if (n > size - received) {
+      ctx.TryCancel();
+      return absl::DataLossError(absl::StrCat("the daemon sent more of ", file, " than asked for"));
+    }
+    std::memcpy(dst + received, message.data().data(), static_cast<size_t>(n));
+    received += n;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (received != size)
+    return absl::DataLossError(absl::StrCat("the daemon sent ", received, " of ", size, " bytes"));
+  return file_size;
+}
+
 }  // namespace ckptd

@@ -14,8 +14,13 @@
 #include <string>
 
 #include "client/ckptctl/cli.h"
+#include "daemon/io/file_system.h"
 
 namespace ckptctl {
+
+// Offline commands read checkpoint files through `fs` from now on (default: this
+// machine's file system); ckptctl passes a daemon's (DaemonFileSystem) for --address.
+void ReadCheckpointsThrough(ckptd::FileSystem* fs);
 
 // `checkpoint` arguments accept a bundle prefix, a step directory, a run directory
 // (its newest step) or a directory holding exactly one PREFIX.index.
@@ -26,6 +31,11 @@ int Export(const std::string& checkpoint, const std::string& format, const std::
            const std::string& pattern, bool as_json);
 int Diff(const std::string& a, const std::string& b, const std::string& pattern, bool as_json);
 int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool as_json);
+
+// Connects (into *client) and names the step of `run` (nullopt: the newest committed)
+// as a DaemonFileSystem prefix, for the offline commands to read through the daemon.
+absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::string& run,
+                                         std::optional<int64_t> step, std::unique_ptr<ckptd::Client>* client);
 
 int Status(const DaemonFlags& flags, bool as_json);
 int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/ckptctl/commands.h"
+#include "client/ckptctl/daemon_file_system.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -17,7 +18,9 @@ int main(int argc, char** argv) {
   int64_t step = -1;
   double timeout_seconds = 600;
   ckptctl::DaemonFlags daemon;
-  const char* kCheckpointHelp = "checkpoint prefix, step directory or run directory (its newest step)";
+  const char* kCheckpointHelp =
+      "checkpoint prefix, step directory or run directory (its newest step); with --address, a run name";
+  const char* kStepHelp = "with --address: the step (default: the newest committed)";
   const char* kRegexHelp = "only tensors whose name matches this regular expression (ECMAScript, searched)";
 
   CLI::App* ls =
@@ -29,11 +32,15 @@ int main(int argc, char** argv) {
       app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
   inspect->add_option("PREFIX", target, kCheckpointHelp)->required();
   inspect->add_option("--tensors", pattern, kRegexHelp);
+  inspect->add_option("--step", step, kStepHelp);
+  daemon.AddTo(inspect);
   inspect->add_flag("--json", as_json, "print one JSON object");
 
   CLI::App* verify =
       app.add_subcommand("verify", "read every byte and check every checksum; exit 1 on any problem");
   verify->add_option("PREFIX", target, kCheckpointHelp)->required();
+  verify->add_option("--step", step, kStepHelp);
+  daemon.AddTo(verify);
   verify->add_flag("--json", as_json, "print one JSON object");
   verify->add_flag("-q,--quiet", quiet, "no progress");
 
@@ -46,6 +53,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"npy", "safetensors"}));
   exporter->add_option("--out", out_dir, "output directory (created)")->required();
   exporter->add_option("--tensors", pattern, kRegexHelp);
+  exporter->add_option("--step", step, kStepHelp);
+  daemon.AddTo(exporter);
   exporter->add_flag("--json", as_json, "print JSON");
 
   CLI::App* diff =
@@ -93,6 +102,18 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
   CLI11_PARSE(app, argc, argv);
   if (ls->parsed()) return ckptctl::Ls(target, as_json);
+  // inspect, verify and export read through a daemon when given its address.
+  std::unique_ptr<ckptd::Client> client;
+  std::unique_ptr<ckptctl::DaemonFileSystem> through_daemon;
+  for (CLI::App* sub : {inspect, verify, exporter}) {
+    if (!sub->parsed() || sub->count("--address") == 0) continue;
+    absl::StatusOr<std::string> prefix = ckptctl::DaemonPrefix(
+        daemon, target, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, &client);
+    if (!prefix.ok()) return ckptctl::Error(prefix.status());
+    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
+    ckptctl::ReadCheckpointsThrough(through_daemon.get());
+    target = *prefix;
+  }
   if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json);
   if (verify->parsed()) return ckptctl::Verify(target, as_json, quiet);
   if (exporter->parsed()) return ckptctl::Export(target, format, out_dir, pattern, as_json);

@@ -21,6 +21,14 @@
 namespace ckptctl {
 namespace {
 
+// Where checkpoint files are read from: this machine's file system, or a daemon's
+// (ReadCheckpointsThrough). Output files are always this machine's.
+ckptd::FileSystem* checkpoint_fs = nullptr;
+
+ckptd::FileSystem* CheckpointFs() {
+  return checkpoint_fs != nullptr ? checkpoint_fs : ckptd::PosixFileSystem();
+}
+
 using ckptd::BundleReader;
 
 // Accepts a bundle prefix, a step directory (holding ckpt.index), a run directory
@@ -57,7 +65,7 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
 
 absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& arg,
                                                              std::string* prefix_out) {
-  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  ckptd::FileSystem* fs = CheckpointFs();
   auto prefix = ResolvePrefix(fs, arg);
   if (!prefix.ok()) return prefix.status();
   if (prefix_out != nullptr) *prefix_out = *prefix;
@@ -67,7 +75,7 @@ absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& 
 // ckptd.json beside a prefix, when the checkpoint is ours (and readable); else
 // defaults (a checkpoint TensorFlow wrote has none).
 ckptd::CheckpointMeta ReadMeta(const std::string& prefix) {
-  auto text = ckptd::PosixFileSystem()->ReadFileToString(
+  auto text = CheckpointFs()->ReadFileToString(
       ckptd::JoinPath(ckptd::DirName(prefix), ckptd::kCheckpointMetaFile), 1 << 28);
   if (!text.ok()) return ckptd::CheckpointMeta{};
   return ckptd::CheckpointMeta::FromJson(*text).value_or(ckptd::CheckpointMeta{});
@@ -85,7 +93,8 @@ struct HostPart {
         ckptd::DirName(prefix), " holds ",
         here.empty() ? "no shard" : absl::StrCat("the shard of rank ", absl::StrJoin(here, ",")),
         " of this checkpoint only (saved with storage: local); ", absl::StrJoin(elsewhere, ", "), " hold",
-        elsewhere.size() == 1 ? "s" : "", " the rest: run this on those hosts too");
+        elsewhere.size() == 1 ? "s" : "", " the rest: run this on those hosts too, or read the whole checkpoint through a daemon with "
+        "--address ADDRESS RUN [--step N]");
   }
 };
 
@@ -93,7 +102,7 @@ HostPart PartHere(const std::string& prefix, const ckptd::CheckpointMeta& meta) 
   HostPart part;
   if (meta.storage != "local") return part;
   for (const ckptd::CheckpointMeta::Host& h : meta.hosts) {
-    if (ckptd::PosixFileSystem()->Exists(ckptd::JoinPath(ckptd::DirName(prefix), h.file))) {
+    if (CheckpointFs()->Exists(ckptd::JoinPath(ckptd::DirName(prefix), h.file))) {
       part.here.insert(h.rank);
     } else {
       part.elsewhere.push_back(
@@ -122,6 +131,8 @@ absl::StatusOr<RunDir> OpenRunDir(const std::string& dir) {
 }
 
 }  // namespace
+
+void ReadCheckpointsThrough(ckptd::FileSystem* fs) { checkpoint_fs = fs; }
 
 // --- ls ---------------------------------------------------------------------------
 

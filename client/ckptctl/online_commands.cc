@@ -1,4 +1,5 @@
 // ckptctl's online commands: everything they learn comes through the daemon's API.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/ckptctl/commands.h"
+#include "client/ckptctl/daemon_file_system.h"
 #include "client/tensor_export.h"
 #include "daemon/base/dtype.h"
 #include "daemon/io/file_system.h"
@@ -48,6 +50,26 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::string& run,
+                                         std::optional<int64_t> step,
+                                         std::unique_ptr<ckptd::Client>* client) {
+  auto connected = flags.Connect();
+  if (!connected.ok()) return connected.status();
+  *client = *std::move(connected);
+  auto list = (*client)->ListCheckpoints(run);
+  if (!list.ok()) return list.status();
+  std::optional<int64_t> chosen;
+  for (const auto& c : list->checkpoints()) {
+    if (step.has_value() ? c.step() == *step : c.step() > chosen.value_or(-1)) chosen = c.step();
+  }
+  if (!chosen.has_value()) {
+    return absl::NotFoundError(step.has_value()
+                                   ? absl::StrCat("run '", run, "' has no committed step ", *step)
+                                   : absl::StrCat("run '", run, "' has no committed step"));
+  }
+  return DaemonFileSystem::Prefix(run, *chosen);
+}
 
 int Status(const DaemonFlags& flags, bool as_json) {
   auto client = flags.Connect();

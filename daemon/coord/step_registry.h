@@ -64,6 +64,20 @@ class StepRegistry {
   // Restores in progress; retention leaves these steps alone.
   void BeginRestore(const StepKey& key);
   void EndRestore(const StepKey& key);
+  // A restore in progress for the life of the object.
+  class RestorePin {
+   public:
+    RestorePin(StepRegistry* registry, StepKey key) : registry_(registry), key_(std::move(key)) {
+      registry_->BeginRestore(key_);
+    }
+    ~RestorePin() { registry_->EndRestore(key_); }
+    RestorePin(const RestorePin&) = delete;
+    RestorePin& operator=(const RestorePin&) = delete;
+
+   private:
+    StepRegistry* registry_;
+    StepKey key_;
+  };
 
   // Calls w.done now if the step's outcome is known, else when it is.
   void AddStepWaiter(const StepKey& key, Waiter w);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -306,26 +307,14 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
                                        const Placement& placement, int64_t step, std::string note,
                                        const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
-  // On local disks, other hosts' shards are read through their daemons when they are
-  // known (a TCP listener with mutual TLS).
-  const bool through_peers = context_.local_storage && context_.peer_directory != nullptr &&
-                             context_.peer_directory->ready() && context_.num_ranks > 1;
   std::optional<PeerFileSystem> peer_fs;
-  if (through_peers) {
-    peer_fs.emplace(store_->fs(), context_.peer_directory, request.run(), step,
-                    std::min(deadline, absl::Now() + context_.peer_timeout));
-  }
+  FileSystem* fs = StepFileSystem(request.run(), step, deadline, &peer_fs);
+  const bool through_peers = peer_fs.has_value();
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
-                   BundleReader::Open(through_peers ? static_cast<FileSystem*>(&*peer_fs) : store_->fs(),
-                                      CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                   BundleReader::Open(fs, CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
                                       context_.max_index_bytes));
   // Retention leaves a step alone while it is restored.
-  registry_->BeginRestore({request.run(), step});
-  struct EndRestore {
-    StepRegistry* registry;
-    StepKey key;
-    ~EndRestore() { registry->EndRestore(key); }
-  } end_restore{registry_, {request.run(), step}};
+  const StepRegistry::RestorePin pin(registry_, {request.run(), step});
   absl::StatusOr<RestorePlan> planned = PlanRestore(*reader, wants.tensors, placement);
   // A data file missing here is DATA_LOSS on a shared root, but on local disks it
   // is another host's shard: say so, and do not let fallback skip good steps for it.
@@ -471,6 +460,58 @@ grpc::Status CkptdService::ListTensors(grpc::ServerContext* ctx, const v1::ListT
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoListTensors(*request, response);
   return ToGrpcStatus(s);
+}
+
+FileSystem* CkptdService::StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
+                                         std::optional<PeerFileSystem>* peer_fs) const {
+  // On local disks, other hosts' shards are read through their daemons when they are
+  // known (a TCP listener with mutual TLS).
+  if (!context_.local_storage || context_.peer_directory == nullptr || !context_.peer_directory->ready() ||
+      context_.num_ranks < 2) {
+    return store_->fs();
+  }
+  peer_fs->emplace(store_->fs(), context_.peer_directory, run, step,
+                   std::min(deadline, absl::Now() + context_.peer_timeout));
+  return &**peer_fs;
+}
+
+grpc::Status CkptdService::ReadStepFile(grpc::ServerContext* ctx, const v1::ReadStepFileRequest* request,
+                                        grpc::ServerWriter<v1::ReadStepFileResponse>* writer) {
+  absl::Status s = peers_->Check(ctx->peer());
+  if (s.ok()) s = DoReadStepFile(*request, absl::FromChrono(ctx->deadline()), writer);
+  return ToGrpcStatus(s);
+}
+
+absl::Status CkptdService::DoReadStepFile(const v1::ReadStepFileRequest& request, absl::Time deadline,
+                                          grpc::ServerWriter<v1::ReadStepFileResponse>* writer) {
+  constexpr int64_t kMaxReadBytes = int64_t{64} << 20;
+  RETURN_IF_ERROR(ValidateRunName(request.run()));
+  int shard = 0, num_shards = 0;
+  char tail = 0;
+  const bool data_file =
+      std::sscanf(request.file().c_str(), "ckpt.data-%5d-of-%5d%c", &shard, &num_shards, &tail) == 2 &&
+      request.file() == DataPath("ckpt", shard, num_shards);
+  if (!data_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file: '", request.file(), "' is not ckpt.index, ckptd.json or a data file of a step"));
+  }
+  if (request.offset() < 0 || request.length() < 0 || request.length() > kMaxReadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("offset, length: [", request.offset(), ", +",
+                                                   request.length(), ") (at most ", kMaxReadBytes,
+                                                   " bytes)"));
+  }
+  ASSIGN_OR_RETURN(bool committed, store_->Committed(request.run(), request.step()));
+  if (!committed) {
+    return absl::NotFoundError(
+        absl::StrCat("run '", request.run(), "' has no committed step ", request.step()));
+  }
+  const StepRegistry::RestorePin pin(registry_, {request.run(), request.step()});
+  std::optional<PeerFileSystem> peer_fs;
+  FileSystem* fs = StepFileSystem(request.run(), request.step(), deadline, &peer_fs);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<RandomAccessFile> file,
+      fs->NewRandomAccessFile(JoinPath(store_->StepDir(request.run(), request.step()), request.file())));
+  return Annotate(SendFileRange(*file, request.offset(), request.length(), writer), request.file());
 }
 
 absl::Status CkptdService::CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const {

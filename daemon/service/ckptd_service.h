@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ckptd/v1/ckptd.grpc.pb.h"
@@ -82,6 +83,8 @@ class CkptdService final
                                v1::ListCheckpointsResponse* response) override;
   grpc::Status ListTensors(grpc::ServerContext* ctx, const v1::ListTensorsRequest* request,
                            v1::ListTensorsResponse* response) override;
+  grpc::Status ReadStepFile(grpc::ServerContext* ctx, const v1::ReadStepFileRequest* request,
+                            grpc::ServerWriter<v1::ReadStepFileResponse>* writer) override;
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
 
@@ -117,6 +120,13 @@ class CkptdService final
   // With local storage: FAILED_PRECONDITION naming the ranks and hosts whose shards a
   // restore needs when they are not on this host (peer reads are not implemented).
   absl::Status CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const;
+  absl::Status DoReadStepFile(const v1::ReadStepFileRequest& request, absl::Time deadline,
+                              grpc::ServerWriter<v1::ReadStepFileResponse>* writer);
+  // The file system a restore of `step` reads through: with local storage and known
+  // peers, one that reads other hosts' data files through their daemons (held in
+  // *peer_fs); else the store's.
+  FileSystem* StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
+                             std::optional<PeerFileSystem>* peer_fs) const;
   absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);

@@ -97,6 +97,23 @@ bool ParseDataFileName(const std::string& path, int* shard, int* num_shards) {
 
 }  // namespace
 
+absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t length,
+                         const std::function<bool(const std::string& piece)>& send) {
+  if (offset < 0 || length < 0 || static_cast<uint64_t>(offset + length) > file.Size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("[", offset, ", +", length, ") is past the end of the file (", file.Size(), " bytes)"));
+  }
+  std::string buffer;
+  for (int64_t done = 0; done < length;) {
+    const int64_t n = std::min<int64_t>(length - done, static_cast<int64_t>(wire::kRestoreChunkBytes));
+    buffer.resize(static_cast<size_t>(n));
+    RETURN_IF_ERROR(file.Read(static_cast<uint64_t>(offset + done), buffer.size(), buffer.data()));
+    if (!send(buffer)) return absl::CancelledError("the reader went away");
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PeerDirectory::Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
                                 std::string token, const PeerTls& tls, FileSystem* fs) {
   constexpr uint64_t kMaxPem = 1 << 20;
@@ -177,36 +194,11 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
   }
   const StepKey key{request.run(), request.step()};
   // Retention leaves the step alone while another host restores from it.
-  registry_->BeginRestore(key);
-  struct EndRestore {
-    StepRegistry* registry;
-    StepKey key;
-    ~EndRestore() { registry->EndRestore(key); }
-  } end_restore{registry_, key};
+  const StepRegistry::RestorePin pin(registry_, key);
   const std::string path = DataPath(CheckpointStore::Prefix(store_->StepDir(request.run(), request.step())),
                                     request.shard(), request.num_shards());
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, store_->fs()->NewRandomAccessFile(path));
-  internal::ReadRangeChunk chunk;
-  chunk.set_file_size(static_cast<int64_t>(file->Size()));
-  if (request.length() == 0) {
-    return writer->Write(chunk) ? absl::OkStatus() : absl::CancelledError("reader went away");
-  }
-  if (static_cast<uint64_t>(request.offset() + request.length()) > file->Size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("ReadRange: [", request.offset(), ", +", request.length(), ") past the end of ", path));
-  }
-  std::string buffer;
-  for (int64_t done = 0; done < request.length();) {
-    const int64_t n =
-        std::min<int64_t>(request.length() - done, static_cast<int64_t>(wire::kRestoreChunkBytes));
-    buffer.resize(static_cast<size_t>(n));
-    RETURN_IF_ERROR(file->Read(static_cast<uint64_t>(request.offset() + done), buffer.size(), buffer.data()));
-    chunk.set_data(buffer);
-    if (!writer->Write(chunk)) return absl::CancelledError("reader went away");
-    chunk.clear_file_size();
-    done += n;
-  }
-  return absl::OkStatus();
+  return Annotate(SendFileRange(*file, request.offset(), request.length(), writer), path);
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAccessFile(

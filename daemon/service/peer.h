@@ -13,6 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,29 @@ inline constexpr char kJobTokenHeader[] = "ckptd-job-token";
 struct PeerTls {
   std::string cert, key, ca;
 };
+
+// Reads [offset, offset + length) of `file` and hands it to `send` in pieces of at
+// most wire::kRestoreChunkBytes, in order; `send` returns false once the reader is
+// gone (CANCELLED). OUT_OF_RANGE past the end of the file.
+absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t length,
+                         const std::function<bool(const std::string& piece)>& send);
+
+// Answers a ranged read: the file's size in the first message, then the range's bytes
+// (length 0: the size alone). Message: ReadRangeChunk or ReadStepFileResponse.
+template <typename Message>
+absl::Status SendFileRange(const RandomAccessFile& file, int64_t offset, int64_t length,
+                           grpc::ServerWriter<Message>* writer) {
+  Message message;
+  message.set_file_size(static_cast<int64_t>(file.Size()));
+  if (length == 0)
+    return writer->Write(message) ? absl::OkStatus() : absl::CancelledError("the reader went away");
+  return StreamRange(file, offset, length, [&](const std::string& piece) {
+    message.set_data(piece);
+    const bool sent = writer->Write(message);
+    message.clear_file_size();
+    return sent;
+  });
+}
 
 class PeerDirectory {
  public:

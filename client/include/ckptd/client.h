@@ -167,6 +167,12 @@ class Client {
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& run,
                                                               absl::Duration timeout = absl::Seconds(30));
+  // Reads [offset, offset + size) of one file of a committed step (ckpt.index,
+  // ckptd.json or a data file) through the daemon into dst; size 0 only asks for the
+  // file's size. Returns the file's size.
+  absl::StatusOr<int64_t> ReadStepFile(const std::string& run, int64_t step, const std::string& file,
+                                       int64_t offset, int64_t size, char* dst,
+                                       absl::Duration timeout = absl::Minutes(1));
   // Every tensor of a committed step (nullopt: the newest), name, dtype and global
   // shape, in name order: all pages of ListTensors in one reply. `timeout` is per page.
   absl::StatusOr<v1::ListTensorsResponse> ListTensors(const std::string& run, std::optional<int64_t> step,

@@ -93,7 +93,8 @@ struct HostPart {
         ckptd::DirName(prefix), " holds ",
         here.empty() ? "no shard" : absl::StrCat("the shard of rank ", absl::StrJoin(here, ",")),
         " of this checkpoint only (saved with storage: local); ", absl::StrJoin(elsewhere, ", "), " hold",
-        elsewhere.size() == 1 ? "s" : "", " the rest: run this on those hosts too, or read the whole checkpoint through a daemon with "
+        elsewhere.size() == 1 ? "s" : "",
+        " the rest: run this on those hosts too, or read the whole checkpoint through a daemon with "
         "--address ADDRESS RUN [--step N]");
   }
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -138,20 +139,23 @@ class MpiCollective : public Collective {
   struct Arrivals {
     std::vector<MPI_Request> requests;
     std::vector<int64_t> received;
-    int64_t sequence = 0;
+    // The send buffer of the notes: on the heap, because MPI reads it after Announce
+    // returns (over TCP the send is deferred) and the Arrivals is moved meanwhile. A
+    // member value here was read out of scope (AddressSanitizer, 3 hosts over TCP).
+    std::unique_ptr<int64_t> sequence = std::make_unique<int64_t>(0);
   };
 
   Arrivals Announce() {
     Arrivals a;
-    a.sequence = ++sequence_;
-    const int tag = static_cast<int>(a.sequence % 30000);
+    *a.sequence = ++sequence_;
+    const int tag = static_cast<int>(*a.sequence % 30000);
     a.received.assign(size_, 0);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       MPI_Request r;
       MPI_Irecv(&a.received[peer], 1, MPI_INT64_T, peer, tag, arrivals_, &r);
       a.requests.push_back(r);
-      MPI_Isend(&a.sequence, 1, MPI_INT64_T, peer, tag, arrivals_, &r);
+      MPI_Isend(a.sequence.get(), 1, MPI_INT64_T, peer, tag, arrivals_, &r);
       a.requests.push_back(r);
     }
     return a;

@@ -236,6 +236,16 @@ std::string WriteTlsConfig(const TempDir& dir, int hosts) {
   return config;
 }
 
+// Restores that need every host's shard: on a shared root each daemon reads them all
+// itself; on local disks through its peers (with a TCP listener and mutual TLS).
+class RestoreAcrossHostsTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  TempDir tls_;
+};
+
 class PeerRestoreTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -244,9 +254,9 @@ class PeerRestoreTest : public ::testing::TestWithParam<int> {
   TempDir tls_;
 };
 
-TEST_P(PeerRestoreTest, EveryDaemonRestoresEveryShardThroughItsPeers) {
-  const int hosts = GetParam();
-  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+TEST_P(RestoreAcrossHostsTest, EveryDaemonRestoresEveryShard) {
+  const int hosts = GetParam().hosts;
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = GetParam().local},
                   {"--config", WriteTlsConfig(tls_, hosts)});
   ASSERT_EQ(StartProblem(cluster), "");
   ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
@@ -281,8 +291,9 @@ TEST_P(PeerRestoreTest, EveryDaemonRestoresEveryShardThroughItsPeers) {
     }
     EXPECT_EQ(count, 1);
   }
-  // ckptctl reads the whole checkpoint through one daemon, which reads the rest through
-  // its peers: verify checks every entry of every host, export assembles every row.
+  // ckptctl reads the whole checkpoint through one daemon (which, on local disks, reads
+  // the rest through its peers): verify checks every entry of every host, export
+  // assembles every row.
   std::string out;
   const std::string address = absl::StrCat(" --address ", cluster.Address(0), " mh");
   ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json", address), &out), 0) << out;
@@ -337,9 +348,9 @@ absl::StatusOr<std::pair<int64_t, std::string>> RestoreLatestWithFallback(const 
   return got;
 }
 
-TEST_P(PeerRestoreTest, DamageOnAnotherHostIsFoundAsItIsReadAndFallbackSkipsIt) {
-  const int hosts = GetParam();
-  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+TEST_P(RestoreAcrossHostsTest, DamageOnAnotherHostIsFoundAsItIsReadAndFallbackSkipsIt) {
+  const int hosts = GetParam().hosts;
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = GetParam().local},
                   {"--config", WriteTlsConfig(tls_, hosts)});
   ASSERT_EQ(StartProblem(cluster), "");
   ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
@@ -391,6 +402,10 @@ TEST_P(PeerRestoreTest, APeerThatDoesNotAnswerIsUnavailableByNameNotAHang) {
   EXPECT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Hosts, RestoreAcrossHostsTest,
+                         ::testing::Values(Mode{2, false}, Mode{2, true}, Mode{3, false}, Mode{3, true}),
+                         ModeName);
 
 INSTANTIATE_TEST_SUITE_P(Hosts, PeerRestoreTest, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& info) {

@@ -62,6 +62,27 @@ absl::StatusOr<std::vector<std::string>> FilterNames(std::vector<std::string> na
   return out;
 }
 
+void PrintSteps(const std::vector<StepRow>& rows, bool as_json) {
+  // The newest committed step is what `latest` restores (the state file names it).
+  const int64_t latest = rows.empty() ? -1 : rows.back().step;
+  json out = json::array();
+  if (!as_json) std::printf("%12s  %10s  %-19s  %9s  %s\n", "STEP", "SIZE", "CREATED", "COMMIT", "PATH");
+  for (const StepRow& r : rows) {
+    if (as_json) {
+      json j = {{"step", r.step}, {"path", r.path}, {"bytes", r.bytes}, {"latest", r.step == latest}};
+      if (r.created_unix > 0) j["created_unix"] = r.created_unix;
+      if (r.commit_seconds > 0) j["commit_seconds"] = r.commit_seconds;
+      out.push_back(j);
+    } else {
+      std::printf("%12lld  %10s  %-19s  %8.2fs  %s%s\n", static_cast<long long>(r.step),
+                  HumanBytes(static_cast<double>(r.bytes)).c_str(),
+                  r.created_unix > 0 ? LocalTime(r.created_unix).c_str() : "-", r.commit_seconds,
+                  r.path.c_str(), r.step == latest ? "  (latest)" : "");
+    }
+  }
+  if (as_json) PrintJson(out);
+}
+
 Progress::Progress(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
 
 void Progress::Update(int64_t done, int64_t total) {

@@ -37,6 +37,17 @@ std::string LocalTime(double unix_seconds);
 absl::StatusOr<std::vector<std::string>> FilterNames(std::vector<std::string> names,
                                                      const std::string& pattern);
 
+// One committed step as `ckptctl ls` shows it.
+struct StepRow {
+  int64_t step = 0;
+  std::string path{};
+  int64_t bytes = 0;
+  double created_unix = 0;    // 0: unknown (not a ckptd checkpoint)
+  double commit_seconds = 0;  // 0: unknown
+};
+// Prints the rows (oldest first) as a table or a JSON array; the last is the latest.
+void PrintSteps(const std::vector<StepRow>& rows, bool as_json);
+
 // A progress bar on a terminal; a plain line every 10% when stderr is piped.
 class Progress {
  public:

@@ -37,6 +37,9 @@ int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, 
 absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::string& run,
                                          std::optional<int64_t> step, std::unique_ptr<ckptd::Client>* client);
 
+// ls through a daemon: its committed steps of `run`; sizes count every host's data.
+int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_json);
+
 int Status(const DaemonFlags& flags, bool as_json);
 int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
          bool as_json);

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
 
   CLI::App* ls =
       app.add_subcommand("ls", "list a run's committed steps: size, creation time, commit time, latest");
-  ls->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  ls->add_option("DIR", target, "run directory (<root>/<run>); with --address, a run name")->required();
+  daemon.AddTo(ls);
   ls->add_flag("--json", as_json, "print JSON");
 
   CLI::App* inspect =
@@ -101,7 +102,10 @@ int main(int argc, char** argv) {
 
   for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
   CLI11_PARSE(app, argc, argv);
-  if (ls->parsed()) return ckptctl::Ls(target, as_json);
+  if (ls->parsed()) {
+    return ls->count("--address") > 0 ? ckptctl::LsThroughDaemon(daemon, target, as_json)
+                                      : ckptctl::Ls(target, as_json);
+  }
   // inspect, verify and export read through a daemon when given its address.
   std::unique_ptr<ckptd::Client> client;
   std::unique_ptr<ckptctl::DaemonFileSystem> through_daemon;

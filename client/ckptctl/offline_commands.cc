@@ -145,10 +145,7 @@ int Ls(const std::string& dir, bool as_json) {
   const ckptd::CheckpointStore& store = run_dir->store;
   auto steps = store.ListSteps(run);
   if (!steps.ok()) return Error(steps.status());
-  // The newest committed step is what `latest` restores (the state file names it).
-  const int64_t latest = steps->empty() ? -1 : steps->back();
-  json out = json::array();
-  if (!as_json) std::printf("%12s  %10s  %-19s  %9s  %s\n", "STEP", "SIZE", "CREATED", "COMMIT", "PATH");
+  std::vector<StepRow> rows;
   for (int64_t step : *steps) {
     const std::string path = store.StepDir(run, step);
     int64_t bytes = 0;
@@ -156,20 +153,13 @@ int Ls(const std::string& dir, bool as_json) {
       for (const auto& n : *names) bytes += fs->FileSize(ckptd::JoinPath(path, n)).value_or(0);
     }
     const ckptd::CheckpointMeta meta = ReadMeta(ckptd::CheckpointStore::Prefix(path));
-    const double created = static_cast<double>(meta.created_unix);
-    const double commit = meta.commit_seconds;
-    if (as_json) {
-      json j = {{"step", step}, {"path", path}, {"bytes", bytes}, {"latest", step == latest}};
-      if (created > 0) j["created_unix"] = created;
-      if (commit > 0) j["commit_seconds"] = commit;
-      out.push_back(j);
-    } else {
-      std::printf("%12lld  %10s  %-19s  %8.2fs  %s%s\n", static_cast<long long>(step),
-                  HumanBytes(bytes).c_str(), created > 0 ? LocalTime(created).c_str() : "-", commit,
-                  path.c_str(), step == latest ? "  (latest)" : "");
-    }
+    rows.push_back({.step = step,
+                    .path = path,
+                    .bytes = bytes,
+                    .created_unix = static_cast<double>(meta.created_unix),
+                    .commit_seconds = meta.commit_seconds});
   }
-  if (as_json) PrintJson(out);
+  PrintSteps(rows, as_json);
   return kOk;
 }
 

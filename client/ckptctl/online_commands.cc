@@ -13,6 +13,7 @@
 #include "client/ckptctl/daemon_file_system.h"
 #include "client/tensor_export.h"
 #include "daemon/base/dtype.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/io/file_system.h"
 
 namespace ckptctl {
@@ -69,6 +70,37 @@ absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::st
                                    : absl::StrCat("run '", run, "' has no committed step"));
   }
   return DaemonFileSystem::Prefix(run, *chosen);
+}
+
+int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_json) {
+  auto client = flags.Connect();
+  if (!client.ok()) return Error(client.status());
+  auto list = (*client)->ListCheckpoints(run);
+  if (!list.ok()) return Error(list.status());
+  auto status = (*client)->Status();  // which rank answers: its own files are in CheckpointInfo.bytes
+  std::vector<StepRow> rows;
+  DaemonFileSystem fs(client->get());
+  for (const ckptd::v1::CheckpointInfo& c : list->checkpoints()) {
+    StepRow row{.step = c.step(), .path = c.path(), .bytes = c.bytes()};
+    // ckptd.json, when there is one, has the times and every host's share of the bytes
+    // (with local storage, the daemon's own directory holds one host's share only).
+    auto text = fs.ReadFileToString(
+        ckptd::JoinPath(ckptd::DirName(DaemonFileSystem::Prefix(run, c.step())), ckptd::kCheckpointMetaFile),
+        1 << 28);
+    if (auto meta = text.ok() ? ckptd::CheckpointMeta::FromJson(*text) : text.status(); meta.ok()) {
+      row.created_unix = static_cast<double>(meta->created_unix);
+      row.commit_seconds = meta->commit_seconds;
+      if (meta->storage == "local" && status.ok()) {
+        for (const ckptd::CheckpointMeta::Host& h : meta->hosts) {
+          if (h.rank != status->rank()) row.bytes += h.bytes;
+        }
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  std::sort(rows.begin(), rows.end(), [](const StepRow& a, const StepRow& b) { return a.step < b.step; });
+  PrintSteps(rows, as_json);
+  return kOk;
 }
 
 int Status(const DaemonFlags& flags, bool as_json) {

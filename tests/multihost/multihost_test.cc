@@ -315,6 +315,27 @@ TEST_P(RestoreAcrossHostsTest, EveryDaemonRestoresEveryShard) {
   ASSERT_GT(npy.size(), want.size() * 4);
   EXPECT_EQ(npy.substr(npy.size() - want.size() * 4),
             std::string(reinterpret_cast<const char*>(want.data()), want.size() * 4));
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " ls --json", address), &out), 0) << out;
+  const nlohmann::json listed = nlohmann::json::parse(out.substr(out.find('[')));
+  ASSERT_EQ(listed.size(), 1u) << out;
+  EXPECT_EQ(listed[0]["step"], 1);
+  EXPECT_EQ(listed[0]["latest"], true);
+  EXPECT_GT(listed[0]["created_unix"].get<double>(), 0);
+  // Every host's data counts, however the bytes are stored: the answering daemon's
+  // step directory, plus the other hosts' data files on local disks.
+  FileSystem* fs = PosixFileSystem();
+  int64_t want_bytes = 0;
+  const std::string step_dir = JoinPath(cluster.HostRoot(0), "mh/step-00000001");
+  const absl::StatusOr<std::vector<std::string>> names = fs->ListDir(step_dir);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : *names) want_bytes += fs->FileSize(JoinPath(step_dir, name)).value_or(0);
+  for (int host = 1; host < hosts && GetParam().local; ++host) {
+    want_bytes +=
+        fs->FileSize(JoinPath(cluster.HostRoot(host),
+                              absl::StrFormat("mh/step-00000001/ckpt.data-%05d-of-%05d", host, hosts)))
+            .value_or(0);
+  }
+  EXPECT_EQ(listed[0]["bytes"].get<int64_t>(), want_bytes) << out;
   EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " inspect --step 7", address), &out), 2) << out;
   EXPECT_NE(out.find("no committed step 7"), std::string::npos) << out;
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();

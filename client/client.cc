@@ -582,7 +582,7 @@ absl::StatusOr<int64_t> Client::ReadStepFile(const std::string& run, int64_t ste
       ctx.TryCancel();
       return absl::DataLossError(absl::StrCat("the daemon sent more of ", file, " than asked for"));
     }
-    std::memcpy(dst + received, message.data().data(), static_cast<size_t>(n));
+    if (n > 0) std::memcpy(dst + received, message.data().data(), static_cast<size_t>(n));  // dst may be null
     received += n;
   }
   grpc::Status status = reader->Finish();

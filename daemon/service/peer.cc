@@ -62,7 +62,8 @@ class RemoteFile final : public RandomAccessFile {
         ctx.TryCancel();
         return absl::DataLossError(absl::StrCat(peer_, " sent more bytes than asked for"));
       }
-      std::memcpy(dst + received, chunk.data().data(), chunk.data().size());
+      // A size-only call passes no buffer (and gets no data).
+      if (!chunk.data().empty()) std::memcpy(dst + received, chunk.data().data(), chunk.data().size());
       received += chunk.data().size();
     }
     const grpc::Status finished = reader->Finish();

@@ -243,6 +243,13 @@ std::string DataPath(const std::string& prefix, int shard, int num_shards) {
   return prefix + suffix;
 }
 
+bool ParseDataFileName(const std::string& path, int* shard, int* num_shards) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  char tail = 0;
+  return std::sscanf(base.c_str(), "ckpt.data-%5d-of-%5d%c", shard, num_shards, &tail) == 2 &&
+         base == DataPath("ckpt", *shard, *num_shards);
+}
+
 tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape) {
   tf::TensorSliceProto proto;
   for (size_t d = 0; d < box.rank(); ++d) {

@@ -24,6 +24,9 @@ namespace ckptd {
 
 std::string IndexPath(const std::string& prefix);
 std::string DataPath(const std::string& prefix, int shard, int num_shards);
+// The inverse for a step's own files: true, with shard and num_shards, when the file
+// name of `path` is exactly DataPath("ckpt", shard, num_shards).
+bool ParseDataFileName(const std::string& path, int* shard, int* num_shards);
 
 // Box <-> TF's TensorSliceProto (a dimension covered whole has no length).
 tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape);

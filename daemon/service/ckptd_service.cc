@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -487,10 +486,8 @@ absl::Status CkptdService::DoReadStepFile(const v1::ReadStepFileRequest& request
   constexpr int64_t kMaxReadBytes = int64_t{64} << 20;
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   int shard = 0, num_shards = 0;
-  char tail = 0;
   const bool data_file =
-      std::sscanf(request.file().c_str(), "ckpt.data-%5d-of-%5d%c", &shard, &num_shards, &tail) == 2 &&
-      request.file() == DataPath("ckpt", shard, num_shards);
+      request.file().find('/') == std::string::npos && ParseDataFileName(request.file(), &shard, &num_shards);
   if (!data_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) {
     return absl::InvalidArgumentError(
         absl::StrCat("file: '", request.file(), "' is not ckpt.index, ckptd.json or a data file of a step"));

@@ -1,6 +1,5 @@
 #include "daemon/service/peer.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -88,13 +87,6 @@ class RemoteFile final : public RandomAccessFile {
   absl::Time deadline_;
   mutable uint64_t size_ = 0;  // set by Open, before the file is shared between threads
 };
-
-// shard and num_shards from ".../ckpt.data-00001-of-00003"; false for other files.
-bool ParseDataFileName(const std::string& path, int* shard, int* num_shards) {
-  const std::string base = path.substr(path.rfind('/') + 1);
-  char tail = 0;
-  return std::sscanf(base.c_str(), "ckpt.data-%5d-of-%5d%c", shard, num_shards, &tail) == 2;
-}
 
 }  // namespace
 

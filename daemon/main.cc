@@ -128,7 +128,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
   grpc::ServerBuilder builder;
   if (!config.tcp_address.empty()) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
-                     ckptd::MutualTlsCredentials(fs, config.tls_cert, config.tls_key, config.tls_ca));
+                     ckptd::MutualTlsCredentials(fs, {config.tls_cert, config.tls_key, config.tls_ca}));
     builder.AddListeningPort(config.tcp_address, tls, tcp_port);
   }
   builder.RegisterService(service);

@@ -33,15 +33,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
   inspect->add_option("PREFIX", target, kCheckpointHelp)->required();
   inspect->add_option("--tensors", pattern, kRegexHelp);
-  inspect->add_option("--step", step, kStepHelp);
-  daemon.AddTo(inspect);
   inspect->add_flag("--json", as_json, "print one JSON object");
 
   CLI::App* verify =
       app.add_subcommand("verify", "read every byte and check every checksum; exit 1 on any problem");
   verify->add_option("PREFIX", target, kCheckpointHelp)->required();
-  verify->add_option("--step", step, kStepHelp);
-  daemon.AddTo(verify);
   verify->add_flag("--json", as_json, "print one JSON object");
   verify->add_flag("-q,--quiet", quiet, "no progress");
 
@@ -54,9 +50,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"npy", "safetensors"}));
   exporter->add_option("--out", out_dir, "output directory (created)")->required();
   exporter->add_option("--tensors", pattern, kRegexHelp);
-  exporter->add_option("--step", step, kStepHelp);
-  daemon.AddTo(exporter);
   exporter->add_flag("--json", as_json, "print JSON");
+  for (CLI::App* sub : {inspect, verify, exporter}) {  // these also read through a daemon
+    sub->add_option("--step", step, kStepHelp);
+    daemon.AddTo(sub);
+  }
 
   CLI::App* diff =
       app.add_subcommand("diff", "tensors added, removed or changed (dtype, shape, checksum) from A to B");

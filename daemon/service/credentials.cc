@@ -9,17 +9,21 @@
 
 namespace ckptd {
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MutualTlsCredentials(FileSystem* fs,
-                                                                              const std::string& cert,
-                                                                              const std::string& key,
-                                                                              const std::string& ca) {
+absl::StatusOr<TlsPem> ReadTlsFiles(FileSystem* fs, const TlsFilePaths& files) {
   constexpr uint64_t kMaxPem = 1 << 20;
-  ASSIGN_OR_RETURN(std::string cert_pem, fs->ReadFileToString(cert, kMaxPem));
-  ASSIGN_OR_RETURN(std::string key_pem, fs->ReadFileToString(key, kMaxPem));
-  ASSIGN_OR_RETURN(std::string ca_pem, fs->ReadFileToString(ca, kMaxPem));
+  TlsPem pem;
+  ASSIGN_OR_RETURN(pem.cert, fs->ReadFileToString(files.cert, kMaxPem));
+  ASSIGN_OR_RETURN(pem.key, fs->ReadFileToString(files.key, kMaxPem));
+  ASSIGN_OR_RETURN(pem.ca, fs->ReadFileToString(files.ca, kMaxPem));
+  return pem;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MutualTlsCredentials(FileSystem* fs,
+                                                                              const TlsFilePaths& files) {
+  ASSIGN_OR_RETURN(TlsPem pem, ReadTlsFiles(fs, files));
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = ca_pem;
-  options.pem_key_cert_pairs.push_back({key_pem, cert_pem});
+  options.pem_root_certs = std::move(pem.ca);
+  options.pem_key_cert_pairs.push_back({std::move(pem.key), std::move(pem.cert)});
   return grpc::SslServerCredentials(options);
 }
 

@@ -14,12 +14,23 @@
 
 namespace ckptd {
 
-// Server certificate and key, and the CA every client certificate must chain to:
-// clients without a valid certificate from that CA are refused in the handshake.
+// A daemon's TLS files: its certificate and key, and the CA every peer's or client's
+// certificate must chain to. The same three serve the external TCP listener and the
+// channels between daemons.
+struct TlsFilePaths {
+  std::string cert, key, ca;
+};
+
+// The PEM contents of the files (each at most 1 MiB); the error names the file.
+struct TlsPem {
+  std::string cert, key, ca;
+};
+absl::StatusOr<TlsPem> ReadTlsFiles(FileSystem* fs, const TlsFilePaths& files);
+
+// Server credentials: clients without a valid certificate from the CA are refused in
+// the handshake.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MutualTlsCredentials(FileSystem* fs,
-                                                                              const std::string& cert,
-                                                                              const std::string& key,
-                                                                              const std::string& ca);
+                                                                              const TlsFilePaths& files);
 
 // A group name or number.
 absl::StatusOr<gid_t> ResolveGroup(const std::string& group);

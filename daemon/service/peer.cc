@@ -108,15 +108,12 @@ absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t l
 }
 
 absl::Status PeerDirectory::Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
-                                std::string token, const PeerTls& tls, FileSystem* fs) {
-  constexpr uint64_t kMaxPem = 1 << 20;
-  ASSIGN_OR_RETURN(std::string cert, fs->ReadFileToString(tls.cert, kMaxPem));
-  ASSIGN_OR_RETURN(std::string key, fs->ReadFileToString(tls.key, kMaxPem));
-  ASSIGN_OR_RETURN(std::string ca, fs->ReadFileToString(tls.ca, kMaxPem));
+                                std::string token, const TlsFilePaths& tls, FileSystem* fs) {
+  ASSIGN_OR_RETURN(TlsPem pem, ReadTlsFiles(fs, tls));
   grpc::SslCredentialsOptions options;
-  options.pem_root_certs = ca;
-  options.pem_private_key = key;
-  options.pem_cert_chain = cert;
+  options.pem_root_certs = std::move(pem.ca);
+  options.pem_private_key = std::move(pem.key);
+  options.pem_cert_chain = std::move(pem.cert);
   absl::MutexLock lock(&mu_);
   rank_ = rank;
   addresses_ = std::move(addresses);

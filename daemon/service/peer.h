@@ -25,16 +25,12 @@
 #include "ckptd/internal/peer.grpc.pb.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
+#include "daemon/service/credentials.h"
 #include "daemon/store/checkpoint_store.h"
 
 namespace ckptd {
 
 inline constexpr char kJobTokenHeader[] = "ckptd-job-token";
-
-// The TLS files a daemon presents to its peers and checks theirs against.
-struct PeerTls {
-  std::string cert, key, ca;
-};
 
 // Reads [offset, offset + length) of `file` and hands it to `send` in pieces of at
 // most wire::kRestoreChunkBytes, in order; `send` returns false once the reader is
@@ -64,7 +60,7 @@ class PeerDirectory {
   // addresses[r]: rank r's "host:port"; hosts[r]: its host name (for messages).
   // FAILED_PRECONDITION when the TLS files cannot be read.
   absl::Status Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
-                   std::string token, const PeerTls& tls, FileSystem* fs);
+                   std::string token, const TlsFilePaths& tls, FileSystem* fs);
   bool ready() const;
   int rank() const;
   bool TokenMatches(const std::string& token) const;

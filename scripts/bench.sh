@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ckptd's benchmark: ckptd against the machine's own limits, measured in one run.
 #   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--no-metadata] [--binaries DIR]
+#                    [--hosts N]
 # Starts 2 daemons and 4 trainers under mpirun with checkpoints in a temp directory
 # under DIR (default /var/tmp, so the same file system as the baselines), and measures:
 #   baselines  raw O_DIRECT sequential write and read of the same bytes over 2
@@ -8,12 +9,18 @@
 #   ckptd      trainer stall (longest Save call), save-to-durable, restore, resharded
 #              restore, and the gRPC-stream save beside the shared-memory one
 #   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore
+#   hosts      with --hosts N (root): the same save and restores again on N simulated
+#              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
+#              Open MPI over TCP), one daemon and 2 trainers per host, with storage
+#              shared (one root) and local (a root per host, restores read other hosts'
+#              bytes through their daemons), and the bytes each host's NIC carried.
+#              Every host's "disk" is a directory on this machine's disk.
 # Prints a table; --json FILE writes one object with every number and ratio.
 # --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN=""
+SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN="" HOSTS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE_GIB="$2"; shift 2 ;;
@@ -21,25 +28,37 @@ while [ $# -gt 0 ]; do
     --json) JSON_OUT="$2"; shift 2 ;;
     --no-metadata) METADATA=0; shift ;;
     --binaries) BIN="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --hosts) HOSTS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
+if [ "$HOSTS" != 0 ]; then
+  [[ "$HOSTS" =~ ^[0-9]+$ ]] && [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 8 ] ||
+    { echo "bench.sh: --hosts takes 2 to 8" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "bench.sh: --hosts needs root (network and mount namespaces)" >&2; exit 2; }
+fi
 if [ -z "$BIN" ]; then
   bash scripts/build.sh > /dev/null
   BIN=build
 fi
+BIN="$(cd "$BIN" && pwd)"  # the simulated hosts' processes start elsewhere
 BYTES=$(/usr/bin/python3 -c "print(int(float('$SIZE_GIB') * (1 << 30)))")
 WORK="$(mktemp -d "$DIR/ckptd-bench-XXXXXX")"
 SOCK="$WORK/sock/ckptd-{rank}.sock"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 MPIRUN_PID=""
-cleanup() {
+stop_daemons() {
   if [ -n "$MPIRUN_PID" ] && kill -0 "$MPIRUN_PID" 2>/dev/null; then
     kill -TERM -- "$MPIRUN_PID" 2>/dev/null || true
     wait "$MPIRUN_PID" 2>/dev/null || true
   fi
+  MPIRUN_PID=""
+}
+cleanup() {
+  stop_daemons
+  [ -d "$WORK/hosts" ] && bash tests/multihost/hosts.sh down "$WORK/hosts" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -73,10 +92,49 @@ if [ "$METADATA" = 1 ]; then
   META=$("$BIN/ckptd-bench" metadata --socket "$SOCK") || { cat "$WORK/daemons.log" >&2; exit 1; }
 fi
 
-/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" <<'EOF'
+MULTI="{}"
+if [ "$HOSTS" != 0 ]; then
+  stop_daemons
+  H="$WORK/hosts"
+  CKPTD_HOSTS_OWNER=$$ bash tests/multihost/hosts.sh up "$HOSTS" "$H"
+  # Local storage restores through peer daemons over TCP, which is mutual TLS only.
+  mkdir -p "$WORK/tls"
+  (cd "$WORK/tls" &&
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=ca -keyout ca.key -out ca.crt &&
+    openssl req -newkey rsa:2048 -nodes -subj /CN=ckptd -keyout d.key -out d.csr &&
+    printf 'subjectAltName=%s\n' "$(seq -s, -f 'DNS:host%g' 0 $((HOSTS - 1)))" > san.ext &&
+    openssl x509 -req -in d.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+      -out d.crt) > /dev/null 2>&1
+  printf 'tcp:\n  address: 0.0.0.0:0\n  tls_cert: %s\n  tls_key: %s\n  tls_ca: %s\n' \
+    "$WORK/tls/d.crt" "$WORK/tls/d.key" "$WORK/tls/ca.crt" > "$WORK/tls/ckptd.yaml"
+  SUBNET=$(sed -n 's/^SUBNET=//p' tests/multihost/hosts.sh).0/24
+  ON_HOSTS=(nsenter -t "$(cat "$H/pid0")" -n -u -m -- "${MPIRUN[@]}" --hostfile "$H/hostfile"
+    --mca plm_rsh_agent "$H/agent" --mca btl tcp,self --mca pml ob1
+    --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET")
+  MULTI="{"
+  for MODE in shared local; do
+    echo "== $HOSTS hosts, storage $MODE: 1 daemon and 2 trainers per host" >&2
+    ROOT="$H/shared/root-$MODE"
+    [ "$MODE" = local ] && ROOT="$H/disk/root-$MODE"  # each host's own directory
+    # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
+    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$WORK/tls/ckptd.yaml" \
+      --storage "$MODE" --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
+      > "$WORK/daemons-$MODE.log" 2>&1 &
+    MPIRUN_PID=$!
+    OUT=$("${ON_HOSTS[@]}" -np $((2 * HOSTS)) --map-by ppr:2:node "$BIN/ckptd-bench" save \
+      --socket "$H/disk/ckptd-{rank}.sock" --bytes "$BYTES" --daemons "$HOSTS" --net-interface eth0) || {
+      cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
+    stop_daemons
+    MULTI="$MULTI\"$MODE\": $OUT,"
+  done
+  MULTI="${MULTI%,}}"
+fi
+
+/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" <<'EOF'
 import json, sys
 base, ckptd, meta = (json.loads(a) for a in sys.argv[1:4])
 tool, out_path = sys.argv[4], sys.argv[5]
+multi, hosts = json.loads(sys.argv[6]), int(sys.argv[7])
 r = dict(base, **ckptd)
 gb = r["bytes"] / 1e9
 r["memcpy_s"] = gb / r["memcpy_gbps"]
@@ -114,6 +172,26 @@ for m in meta:
         f"save {m['save_s']:.2f} commit {m['commit_s']:.2f} restore {m['restore_s']:.2f}")
 if "metadata_100k_vs_10k" in r:
     print(f"\n100,000 tensors cost {r['metadata_100k_vs_10k']:.1f}x what 10,000 cost (target <= 12x)")
+if multi:
+    r["hosts"] = {"count": hosts, **multi}
+    def mb(n):
+        return f"{n / 1e6:8.1f}"
+    print(f"\n{hosts} simulated hosts, 1 daemon and 2 trainers each, beside this machine's "
+          f"{r['daemons']} daemons and {r['trainers']} trainers (GB/s; ratio to the single machine)\n")
+    print("| measurement                    | one machine |     shared       |      local       |")
+    print("|--------------------------------|-------------|------------------|------------------|")
+    for what, key in [("save to durable (shm)", "save_gbps"), ("save to durable (gRPC)", "grpc_save_gbps"),
+                      ("restore (same cut)", "restore_gbps"),
+                      ("resharded restore (row halves)", "reshard_restore_gbps")]:
+        cells = " | ".join(f"{multi[m][key]:7.3f} {multi[m][key] / r[key]:5.2f}x  " for m in ("shared", "local"))
+        print(f"| {what:<30} | {r[key]:11.3f} | {cells} |")
+    print(f"\nnetwork bytes per host per step (MB; the most any host received / sent on eth0)\n")
+    print("| phase                          |      shared received / sent |       local received / sent |")
+    print("|--------------------------------|-----------------------------|-----------------------------|")
+    for phase in ("save", "grpc_save", "restore", "reshard_restore"):
+        cells = " | ".join(f"{mb(multi[m]['net_per_host'][phase]['received'])} / {mb(multi[m]['net_per_host'][phase]['sent'])}         "
+                           for m in ("shared", "local"))
+        print(f"| {phase:<30} | {cells} |")
 if out_path:
     with open(out_path, "w") as f:
         json.dump(r, f, indent=1)

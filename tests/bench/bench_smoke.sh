@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
 # Runs scripts/bench.sh small (64 MiB, metadata with small counts is not run) on the
 # binaries of this build and checks that its JSON has every key issue 4 asks for,
-# each a positive number.
+# each a positive number. As root it adds --hosts 2 and checks where the bytes went:
+# with local storage a resharded restore brings half of each host's bytes from the
+# other host, with a shared root none.
 set -euo pipefail
 SRC="$1" BIN="$2"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-bash "$SRC/scripts/bench.sh" --size 0.0625 --no-metadata --dir "$OUT" --json "$OUT/bench.json" --binaries "$BIN"
-/usr/bin/python3 - "$OUT/bench.json" <<'PY'
+HOSTS=()
+[ "$(id -u)" = 0 ] && HOSTS=(--hosts 2)
+bash "$SRC/scripts/bench.sh" --size 0.0625 --no-metadata --dir "$OUT" --json "$OUT/bench.json" --binaries "$BIN" \
+  "${HOSTS[@]}"
+/usr/bin/python3 - "$OUT/bench.json" "${#HOSTS[@]}" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
+if sys.argv[2] != "0":
+    for mode in ("shared", "local"):
+        m = r["hosts"][mode]
+        bad = [k for k in ("save_gbps", "restore_gbps", "reshard_restore_gbps") if not m.get(k, 0) > 0]
+        if bad:
+            sys.exit(f"bench.json hosts.{mode}: missing or not positive: {bad}")
+    # Each host's trainers want both row halves; a host holds one.
+    half = r["hosts"]["local"]["bytes"] // 2
+    got = r["hosts"]["local"]["net_per_host"]["reshard_restore"]["received"]
+    if got < half:
+        sys.exit(f"local storage: a host received {got} bytes in a resharded restore, expected >= {half}")
+    shared = r["hosts"]["shared"]["net_per_host"]["reshard_restore"]["received"]
+    if shared > half // 8:
+        sys.exit(f"shared root: a host received {shared} bytes in a resharded restore; data should not cross")
+    print("bench_smoke: hosts figures present; peer bytes as expected")
 keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "save_gbps", "restore_gbps",
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",
         "reshard_restore_vs_raw_read", "grpc_save_vs_shm_save"]

@@ -6,7 +6,8 @@
 //   save     --socket T --bytes B          under mpirun, one process per trainer: each
 //            trainer saves its row slab of 8 float32 tensors (B bytes in all), then
 //            restores it, then restores a different cut (reshard), over shared memory and
-//            over the gRPC stream.
+//            over the gRPC stream. --net-interface IF adds the bytes each host sent and
+//            received on IF during each measured save and restore (the most of any host).
 //   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
 //            tensors of 1 KiB each.
 //
@@ -16,12 +17,16 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -112,7 +117,43 @@ double MaxOver(double local) {
   return out;
 }
 
-json Save(const std::string& socket_template, int64_t bytes, int daemons) {
+// {received, sent} bytes on `interface` in this process's network namespace
+// (/proc/net/dev is per namespace, so on a simulated host it is that host's NIC).
+std::array<int64_t, 2> InterfaceBytes(const std::string& interface) {
+  std::ifstream in("/proc/net/dev");
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || absl::StripAsciiWhitespace(line.substr(0, colon)) != interface)
+      continue;
+    std::istringstream fields(line.substr(colon + 1));
+    std::array<int64_t, 9> v{};  // rx bytes, 7 more rx fields, tx bytes
+    for (int64_t& x : v) fields >> x;
+    return {v[0], v[8]};
+  }
+  return {0, 0};
+}
+
+// Counts what the hosts' NICs carry during one measured phase: Start after the phase's
+// barrier, Stop after its closing collective; Stop returns the most any host received
+// and sent (trainers on one host read the same counters).
+class NetMeter {
+ public:
+  explicit NetMeter(std::string interface) : interface_(std::move(interface)) {}
+  void Start() { start_ = InterfaceBytes(interface_); }
+  json Stop() const {
+    const std::array<int64_t, 2> now = InterfaceBytes(interface_);
+    std::array<int64_t, 2> delta = {now[0] - start_[0], now[1] - start_[1]}, most{};
+    MPI_Allreduce(delta.data(), most.data(), 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return {{"received", most[0]}, {"sent", most[1]}};
+  }
+
+ private:
+  std::string interface_;
+  std::array<int64_t, 2> start_{};
+};
+
+json Save(const std::string& socket_template, int64_t bytes, int daemons, const std::string& net_interface) {
   int rank = 0, trainers = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &trainers);
@@ -141,18 +182,23 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
     return out;
   };
   // One save: returns (this trainer's stall, save-to-durable seconds over all trainers).
+  NetMeter meter(net_interface);
+  json net_per_host;  // phase -> the most bytes one host received and sent
   auto save = [&](int64_t step, ckptd::Transport transport) {
     ckptd::SaveOptions options;
     options.transport = transport;
     const std::vector<ckptd::TensorShard> s = shards(step);
     MPI_Barrier(MPI_COMM_WORLD);
+    meter.Start();
     const absl::Time start = absl::Now();
     auto saved = (*client)->Save("bench", step, rank, trainers, s, options);
     const double stall = Seconds(start);
     if (!saved.ok()) Fail(std::string(saved.status().message()));
     if (absl::Status w = (*client)->Wait("bench", step); !w.ok()) Fail(std::string(w.message()));
     const double durable = Seconds(start);
-    return std::make_pair(MaxOver(stall), MaxOver(durable));
+    auto out = std::make_pair(MaxOver(stall), MaxOver(durable));
+    net_per_host[transport == ckptd::Transport::kStream ? "grpc_save" : "save"] = meter.Stop();
+    return out;
   };
   // Restores every tensor's box (start row, rows) into reused buffers.
   std::vector<char*> targets;
@@ -161,7 +207,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
     targets.push_back(AlignedAlloc(static_cast<size_t>(m.slab_bytes * 2)));
     std::memset(targets.back(), 0, static_cast<size_t>(m.slab_bytes * 2));
   }
-  auto restore = [&](int64_t step, int64_t first_row, int64_t rows) {
+  auto restore = [&](int64_t step, int64_t first_row, int64_t rows, const char* phase) {
     std::vector<ckptd::RestoreTarget> t;
     for (int i = 0; i < kTensors; ++i) {
       t.push_back({absl::StrCat("layer", i, "/kernel"),
@@ -173,10 +219,13 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
                    static_cast<size_t>(rows * m.cols * 4)});
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    meter.Start();
     const absl::Time start = absl::Now();
     auto restored = (*client)->Restore("bench", step, t);
     if (!restored.ok()) Fail(std::string(restored.status().message()));
-    return MaxOver(Seconds(start));
+    const double seconds = MaxOver(Seconds(start));
+    net_per_host[phase] = meter.Stop();
+    return seconds;
   };
   const int64_t slab_rows = m.rows / trainers;
   auto [cold_stall, cold_durable] = save(1, ckptd::Transport::kAuto);  // first touch of segments and pools
@@ -186,31 +235,33 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons) {
   // Each restore runs twice: the first also pays for first touch of the client's
   // segment (page faults), which a trainer pays once per process; the second is the
   // steady state and is the one compared with the raw read.
-  const double cold_restore_s = restore(2, slab_rows * rank, slab_rows);
-  const double restore_s = restore(2, slab_rows * rank, slab_rows);
+  const double cold_restore_s = restore(2, slab_rows * rank, slab_rows, "cold_restore");
+  const double restore_s = restore(2, slab_rows * rank, slab_rows, "restore");
   // Reshard: two row halves instead of `trainers` slabs; trainers t and t+2 share one.
-  const double cold_reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2);
-  const double reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2);
+  const double cold_reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2, "cold_reshard_restore");
+  const double reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2, "reshard_restore");
   for (char* p : m.slabs) std::free(p);
   for (char* p : targets) std::free(p);
   const double gb = static_cast<double>(total) / 1e9;
-  return {{"bytes", total},
-          {"trainers", trainers},
-          {"daemons", daemons},
-          {"stall_s", stall},
-          {"cold_stall_s", cold_stall},
-          {"save_s", durable},
-          {"save_gbps", gb / durable},
-          {"cold_save_gbps", gb / cold_durable},
-          {"grpc_stall_s", grpc_stall},
-          {"grpc_save_gbps", gb / grpc_durable},
-          {"restore_s", restore_s},
-          {"cold_restore_gbps", gb / cold_restore_s},
-          {"cold_reshard_restore_gbps", 2 * gb / cold_reshard_s},
-          {"restore_gbps", gb / restore_s},
-          {"reshard_restore_s", reshard_s},
-          // Every trainer receives half of every tensor: twice the checkpoint's bytes.
-          {"reshard_restore_gbps", 2 * gb / reshard_s}};
+  json out = {{"bytes", total},
+              {"trainers", trainers},
+              {"daemons", daemons},
+              {"stall_s", stall},
+              {"cold_stall_s", cold_stall},
+              {"save_s", durable},
+              {"save_gbps", gb / durable},
+              {"cold_save_gbps", gb / cold_durable},
+              {"grpc_stall_s", grpc_stall},
+              {"grpc_save_gbps", gb / grpc_durable},
+              {"restore_s", restore_s},
+              {"cold_restore_gbps", gb / cold_restore_s},
+              {"cold_reshard_restore_gbps", 2 * gb / cold_reshard_s},
+              {"restore_gbps", gb / restore_s},
+              {"reshard_restore_s", reshard_s},
+              // Every trainer receives half of every tensor: twice the checkpoint's bytes.
+              {"reshard_restore_gbps", 2 * gb / reshard_s}};
+  if (!net_interface.empty()) out["net_per_host"] = net_per_host;
+  return out;
 }
 
 json Metadata(const std::string& socket_template, const std::vector<int64_t>& counts) {
@@ -255,7 +306,7 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   CLI::App app{"ckptd-bench: baselines and ckptd measurements for scripts/bench.sh"};
-  std::string mode, dir, socket, counts_text = "1000,10000,100000";
+  std::string mode, dir, socket, net_interface, counts_text = "1000,10000,100000";
   int64_t bytes = int64_t{2} << 30;
   int files = 2, daemons = 2;
   app.add_option("MODE", mode, "raw, save or metadata")
@@ -267,6 +318,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket, "daemon socket template, {rank} = daemon rank");
   app.add_option("--daemons", daemons, "save: daemons in the job (trainers spread evenly)");
   app.add_option("--counts", counts_text, "metadata: tensor counts");
+  app.add_option("--net-interface", net_interface, "save: also count each host's bytes on this interface");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -280,7 +332,7 @@ int main(int argc, char** argv) {
   if (mode == "raw") {
     out = Raw(dir, bytes, files);
   } else if (mode == "save") {
-    out = Save(socket, bytes, daemons);
+    out = Save(socket, bytes, daemons, net_interface);
   } else {
     std::vector<int64_t> counts;
     for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));

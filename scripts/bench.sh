@@ -110,7 +110,8 @@ if [ "$HOSTS" != 0 ]; then
   SUBNET=$(sed -n 's/^SUBNET=//p' tests/multihost/hosts.sh).0/24
   ON_HOSTS=(nsenter -t "$(cat "$H/pid0")" -n -u -m -- "${MPIRUN[@]}" --hostfile "$H/hostfile"
     --mca plm_rsh_agent "$H/agent" --mca btl tcp,self --mca pml ob1
-    --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET")
+    --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET"
+    --mca mpi_yield_when_idle 1)  # all hosts share this machine's cores: waiting ranks yield
   MULTI="{"
   for MODE in shared local; do
     echo "== $HOSTS hosts, storage $MODE: 1 daemon and 2 trainers per host" >&2

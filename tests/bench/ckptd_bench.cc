@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -202,10 +203,12 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   };
   // Restores every tensor's box (start row, rows) into reused buffers.
   std::vector<char*> targets;
+  // Big enough for this trainer's slab and for a row half (the reshard).
+  const int64_t target_bytes = std::max(m.slab_bytes, m.rows / 2 * m.cols * 4);
   for (int i = 0; i < kTensors; ++i) {
     // A trainer restores into memory it already uses: touched before timing.
-    targets.push_back(AlignedAlloc(static_cast<size_t>(m.slab_bytes * 2)));
-    std::memset(targets.back(), 0, static_cast<size_t>(m.slab_bytes * 2));
+    targets.push_back(AlignedAlloc(static_cast<size_t>(target_bytes)));
+    std::memset(targets.back(), 0, static_cast<size_t>(target_bytes));
   }
   auto restore = [&](int64_t step, int64_t first_row, int64_t rows, const char* phase) {
     std::vector<ckptd::RestoreTarget> t;

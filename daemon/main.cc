@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
@@ -41,7 +42,7 @@ int Fail(const absl::Status& status) {
 // What the command line may override in the config file.
 struct Overrides {
   std::string config_path, root, socket_path, commit_timeout, log_level, storage;
-  int keep_last = -1, keep_every = -1;
+  int keep_last = -1, keep_every = -1, replicas = -1;
 };
 
 absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Overrides& flags) {
@@ -58,9 +59,11 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
   if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
+  if (flags.replicas >= 0) config.replicas = flags.replicas;
   if (!flags.commit_timeout.empty()) {
     ASSIGN_OR_RETURN(config.commit_timeout, ckptd::ParseDuration(flags.commit_timeout));
   }
+  RETURN_IF_ERROR(ckptd::ValidateConfig(config));
   return config;
 }
 
@@ -155,7 +158,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
 // part (the exchange is a collective); one without a TCP listener offers none, and
 // then restores read this host's shards only.
 absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port,
-                       ckptd::Coordinator& coordinator, ckptd::PeerDirectory& directory) {
+                       ckptd::Coordinator& coordinator, ckptd::PeerDirectory& directory,
+                       ckptd::ShardCopier* copier) {
   ckptd::internal::PeerInfo mine;
   mine.set_host(ckptd::HostName());
   if (tcp_port != 0) {
@@ -177,8 +181,23 @@ absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port
     addresses.push_back(p.address());
     hosts.push_back(p.host());
   }
-  return directory.Set(rank, std::move(addresses), std::move(hosts), all[0].token(),
-                       {config.tls_cert, config.tls_key, config.tls_ca}, ckptd::PosixFileSystem());
+  // Replicas go to other failure domains: a host's own name unless the config maps it.
+  std::vector<std::string> domains;
+  for (const std::string& host : hosts) {
+    auto mapped = config.failure_domains.find(host);
+    domains.push_back(mapped == config.failure_domains.end() ? host : mapped->second);
+  }
+  RETURN_IF_ERROR(directory.Set(rank, std::move(addresses), std::move(hosts), all[0].token(),
+                                {config.tls_cert, config.tls_key, config.tls_ca}, ckptd::PosixFileSystem()));
+  if (config.replicas == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<std::vector<int>> copies, ckptd::PlaceReplicas(domains, config.replicas));
+  std::vector<std::string> mine_elsewhere;
+  for (int holder : copies[rank]) mine_elsewhere.push_back(directory.Describe(holder));
+  spdlog::info("replicas: {}; this host's data files are also kept on {}", config.replicas,
+               absl::StrJoin(mine_elsewhere, ", "));
+  directory.SetCopies(copies);
+  coordinator.SetReplicas(std::move(copies), copier);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -198,6 +217,9 @@ int main(int argc, char** argv) {
   app.add_option("--keep-last", flags.keep_last, "retention: keep the newest N steps (0 = all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--keep-every-n-steps", flags.keep_every, "retention: also keep steps divisible by K")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--replicas", flags.replicas,
+                 "local storage: copies of each host's data file on other hosts before a step commits")
       ->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", ckptd::wire::kVersion);
   CLI11_PARSE(app, argc, argv);
@@ -231,6 +253,7 @@ int main(int argc, char** argv) {
   ckptd::CheckpointStore store(claims->confined.get(), config.root);
   ckptd::PeerTable peers;
   ckptd::PeerDirectory peer_directory;
+  ckptd::PeerShardCopier shard_copier(&peer_directory);
   ckptd::ServiceContext context{rank,
                                 (*collective)->size(),
                                 ckptd::wire::kVersion,
@@ -269,7 +292,9 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
   if (config.storage == ckptd::Storage::kLocal) {
-    if (absl::Status s = MeetPeers(config, rank, tcp_port, coordinator, peer_directory); !s.ok()) fatal(s);
+    if (absl::Status s = MeetPeers(config, rank, tcp_port, coordinator, peer_directory, &shard_copier);
+        !s.ok())
+      fatal(s);
   }
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,

@@ -132,6 +132,14 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
     config.storage = *storage;
   } else if (key == "max_index_bytes") {
     config.max_index_bytes = value.as<int64_t>();
+  } else if (key == "replicas") {
+    config.replicas = value.as<int>();
+    if (config.replicas < 0) return Invalid("replicas must be >= 0");
+  } else if (key == "failure_domains") {
+    if (!value.IsMap()) return Invalid("failure_domains must map host names to domain names");
+    for (const auto& item : value) {
+      config.failure_domains[item.first.as<std::string>()] = item.second.as<std::string>();
+    }
   } else {
     const absl::Status s = ParseSection(key, value, config);
     if (absl::IsNotFound(s)) return Invalid(absl::StrCat("unknown key '", key, "'"));
@@ -163,7 +171,18 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
         "tcp.address needs tcp.tls_cert, tcp.tls_key and tcp.tls_ca: TCP is served only with mutual TLS");
   }
   if (config.socket_path.empty()) return Invalid("socket_path must not be empty");
+  RETURN_IF_ERROR(ValidateConfig(config));
   return config;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& config) {
+  if (config.replicas > 0 && config.storage != Storage::kLocal) {
+    return Invalid("replicas: copies go to other hosts' local disks; they need storage: local");
+  }
+  if (config.replicas > 0 && config.tcp_address.empty()) {
+    return Invalid("replicas: hosts copy data files through each other's daemons; they need tcp.address");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Storage> ParseStorage(absl::string_view text) {

@@ -4,6 +4,7 @@
 #define CKPTD_DAEMON_BASE_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct DaemonConfig {
   // socket_path (so that ranks sharing a machine can each have a root in local mode).
   std::string root = "/tmp/ckptd-checkpoints";
   Storage storage = Storage::kShared;
+  // Local storage: before a step commits, each host's data file is also copied to this
+  // many partner hosts (never two copies on one host, nor in one failure domain), so a
+  // step survives the loss of up to `replicas` hosts. Needs storage local and tcp.
+  int replicas = 0;
+  // Host name -> failure domain (a rack, a switch); hosts not named are their own.
+  std::map<std::string, std::string> failure_domains;
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.
@@ -67,6 +74,10 @@ struct DaemonConfig {
 // Parses YAML text. Unknown keys and malformed values are INVALID_ARGUMENT naming
 // the key, so a typo never silently falls back to a default.
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
+
+// What no single key can check: combinations (replicas need local storage and a
+// TCP listener). Run after the command line's overrides are applied.
+absl::Status ValidateConfig(const DaemonConfig& config);
 
 // "90s", "500ms", "2m", "1h" or a bare number of seconds.
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);

@@ -13,7 +13,8 @@ std::string CheckpointMeta::ToJson() const {
                          {"host", h.host},
                          {"file", h.file},
                          {"bytes", h.bytes},
-                         {"write_seconds", h.write_seconds}});
+                         {"write_seconds", h.write_seconds},
+                         {"copies", h.copies}});
   }
   nlohmann::json tensor_list = nlohmann::json::array();
   for (const Tensor& t : tensors) {
@@ -63,7 +64,8 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
                             .host = h.value("host", ""),
                             .file = h.value("file", ""),
                             .bytes = h.value("bytes", int64_t{0}),
-                            .write_seconds = h.value("write_seconds", 0.0)});
+                            .write_seconds = h.value("write_seconds", 0.0),
+                            .copies = h.value("copies", std::vector<int>())});
     }
     for (const auto& t : doc.value("tensors", nlohmann::json::array())) {
       Tensor tensor{.name = t.value("name", ""),

@@ -24,6 +24,7 @@ struct CheckpointMeta {
     std::string file{};  // its data file, relative to the step directory
     int64_t bytes = 0;
     double write_seconds = 0;
+    std::vector<int> copies{};  // ranks that also hold this data file (config replicas)
   };
   struct PlacedBox {
     Box box{};

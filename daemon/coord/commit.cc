@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
@@ -61,9 +62,10 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     PhaseFn run;
     bool deadline_may_fail_it;
   };
-  for (const Step& step : {Step{&Coordinator::PreparePhase, true}, Step{&Coordinator::WritePhase, true},
-                           Step{&Coordinator::MergePhase, true}, Step{&Coordinator::PublishPhase, false},
-                           Step{&Coordinator::ConfirmPhase, false}}) {
+  for (const Step& step :
+       {Step{&Coordinator::PreparePhase, true}, Step{&Coordinator::WritePhase, true},
+        Step{&Coordinator::ReplicatePhase, true}, Step{&Coordinator::MergePhase, true},
+        Step{&Coordinator::PublishPhase, false}, Step{&Coordinator::ConfirmPhase, false}}) {
     if (!step.deadline_may_fail_it) phase_.final_outcome = true;
     absl::Status mine;
     RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
@@ -172,6 +174,23 @@ absl::Status Coordinator::PrepareTempDir(const StepKey& key) {
 absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
   *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes);
   attempt.payloads.clear();  // staged memory goes back as soon as the bytes are on disk
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReplicatePhase(Attempt& attempt, absl::Status* mine) {
+  // Every rank fetches the data files it keeps for others into its temp directory,
+  // so that its publish renames them into place with its own; the vote that follows
+  // makes the step wait for every copy, and a failed copy fails it everywhere.
+  if (copier_ == nullptr) return absl::OkStatus();
+  const int rank = collective_->rank(), ranks = collective_->size();
+  const std::string prefix = CheckpointStore::Prefix(store_->TempDir(attempt.key.run, attempt.key.step));
+  for (int shard = 0; shard < ranks && mine->ok(); ++shard) {
+    const std::vector<int>& holders = replica_copies_[shard];
+    if (std::find(holders.begin(), holders.end(), rank) == holders.end()) continue;
+    const absl::Status copied = copier_->CopyPendingShard(attempt.key, shard, ranks, store_->fs(),
+                                                          DataPath(prefix, shard, ranks), attempt.deadline);
+    if (!copied.ok()) *mine = Annotate(copied, absl::StrCat("replica of rank ", shard, "'s data file"));
+  }
   return absl::OkStatus();
 }
 
@@ -395,7 +414,8 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
                           .host = list.host(),
                           .file = DataPath("ckpt", host, num_shards),
                           .bytes = list.file_bytes(),
-                          .write_seconds = list.write_seconds()});
+                          .write_seconds = list.write_seconds(),
+                          .copies = replica_copies_.empty() ? std::vector<int>() : replica_copies_[host]});
     meta.max_write_seconds = std::max(meta.max_write_seconds, list.write_seconds());
   }
 

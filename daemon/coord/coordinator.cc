@@ -441,6 +441,11 @@ absl::Status Coordinator::ReconcileLocalSteps() {
   return absl::OkStatus();
 }
 
+void Coordinator::SetReplicas(std::vector<std::vector<int>> copies, ShardCopier* copier) {
+  replica_copies_ = std::move(copies);
+  copier_ = copier;
+}
+
 absl::StatusOr<std::vector<internal::PeerInfo>> Coordinator::ExchangePeerInfo(
     const internal::PeerInfo& mine) {
   ASSIGN_OR_RETURN(std::vector<std::string> all,

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/base/config.h"
 #include "daemon/coord/collective.h"
+#include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
 #include "daemon/store/checkpoint_store.h"
@@ -71,6 +72,10 @@ class Coordinator {
   // Every rank's PeerInfo (in rank order) for the one this rank gives; rank 0's token
   // is the job's. Call before Run.
   absl::StatusOr<std::vector<internal::PeerInfo>> ExchangePeerInfo(const internal::PeerInfo& mine);
+  // Local storage with replicas: copies[r] are the ranks that keep a copy of rank r's
+  // data file (PlaceReplicas), fetched through `copier`, which must outlive Run. Every
+  // rank must be given the same copies. Call before Run.
+  void SetReplicas(std::vector<std::vector<int>> copies, ShardCopier* copier);
 
  private:
   struct RoundTally;
@@ -155,6 +160,7 @@ class Coordinator {
   absl::Status PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan);
   absl::Status PreparePhase(Attempt& attempt, absl::Status* mine);
   absl::Status WritePhase(Attempt& attempt, absl::Status* mine);
+  absl::Status ReplicatePhase(Attempt& attempt, absl::Status* mine);
   absl::Status MergePhase(Attempt& attempt, absl::Status* mine);
   absl::Status PublishPhase(Attempt& attempt, absl::Status* mine);
   absl::Status ConfirmPhase(Attempt& attempt, absl::Status* mine);
@@ -178,8 +184,10 @@ class Coordinator {
   CheckpointStore* store_;
   CoordinatorOptions options_;
   Phase phase_;
-  std::map<StepKey, absl::Status> failed_here_;  // steps a deadline failed on this rank
-  std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
+  std::map<StepKey, absl::Status> failed_here_;   // steps a deadline failed on this rank
+  std::vector<std::vector<int>> replica_copies_;  // see SetReplicas; empty = no replicas
+  ShardCopier* copier_ = nullptr;
+  std::map<StepKey, absl::Time> first_seen_;                                  // pending steps, since when
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
   std::set<std::string> cleaned_runs_;  // runs whose orphans this rank removed
   std::set<StepKey> restoring_;         // steps being restored on some host

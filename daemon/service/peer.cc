@@ -1,5 +1,7 @@
 #include "daemon/service/peer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -31,19 +33,26 @@ class RemoteFile final : public RandomAccessFile {
         deadline_(deadline) {}
 
   // Asks for the size (a zero-length read): also proves the peer serves the file.
-  absl::Status Open() { return Call(0, 0, nullptr); }
+  absl::Status Open() { return Stream(0, 0, nullptr); }
 
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
-    if (offset + n > size_) {
-      return absl::OutOfRangeError(absl::StrCat("read [", offset, ", +", n, ") past the end of ", peer_,
-                                                "'s data file (", size_, " bytes)"));
-    }
-    return Call(offset, n, dst);
+    size_t received = 0;
+    return Stream(offset, n, [&](absl::string_view piece) {
+      std::memcpy(dst + received, piece.data(), piece.size());
+      received += piece.size();
+      return absl::OkStatus();
+    });
   }
   uint64_t Size() const override { return size_; }
 
- private:
-  absl::Status Call(uint64_t offset, size_t n, char* dst) const {
+  // Hands [offset, offset + n) to `sink` piece by piece, in order; a failing sink
+  // ends the call with its status. `sink` may be empty for a size-only call (n = 0).
+  absl::Status Stream(uint64_t offset, size_t n,
+                      const std::function<absl::Status(absl::string_view)>& sink) const {
+    if (n > 0 && offset + n > size_) {
+      return absl::OutOfRangeError(absl::StrCat("read [", offset, ", +", n, ") past the end of ", peer_,
+                                                "'s data file (", size_, " bytes)"));
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(deadline_));
     ctx.AddMetadata(kJobTokenHeader, token_);
@@ -55,14 +64,18 @@ class RemoteFile final : public RandomAccessFile {
     size_t received = 0;
     bool first = true;
     while (reader->Read(&chunk)) {
-      if (first && dst == nullptr) size_ = static_cast<uint64_t>(chunk.file_size());
+      if (first && n == 0) size_ = static_cast<uint64_t>(chunk.file_size());
       first = false;
       if (chunk.data().size() > n - received) {
         ctx.TryCancel();
         return absl::DataLossError(absl::StrCat(peer_, " sent more bytes than asked for"));
       }
-      // A size-only call passes no buffer (and gets no data).
-      if (!chunk.data().empty()) std::memcpy(dst + received, chunk.data().data(), chunk.data().size());
+      if (!chunk.data().empty()) {
+        if (absl::Status s = sink(chunk.data()); !s.ok()) {
+          ctx.TryCancel();
+          return s;
+        }
+      }
       received += chunk.data().size();
     }
     const grpc::Status finished = reader->Finish();
@@ -70,7 +83,7 @@ class RemoteFile final : public RandomAccessFile {
         finished.error_code() == grpc::StatusCode::UNAVAILABLE) {
       return absl::UnavailableError(absl::StrCat(peer_,
                                                  " did not answer a read of its data file within the "
-                                                 "restore deadline: ",
+                                                 "deadline: ",
                                                  finished.error_message()));
     }
     if (!finished.ok()) return Annotate(FromGrpc(finished), peer_);
@@ -80,6 +93,7 @@ class RemoteFile final : public RandomAccessFile {
     return absl::OkStatus();
   }
 
+ private:
   internal::Peer::Stub* stub_;
   internal::ReadRangeRequest request_;
   std::string token_;
@@ -161,6 +175,41 @@ std::string PeerDirectory::Describe(int r) const {
   return absl::StrCat("rank ", r, " (", hosts_[r], ", ", addresses_[r], ")");
 }
 
+void PeerDirectory::SetCopies(std::vector<std::vector<int>> copies) {
+  absl::MutexLock lock(&mu_);
+  copies_ = std::move(copies);
+}
+
+std::vector<int> PeerDirectory::Holders(int shard) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> holders = {shard};
+  if (shard >= 0 && shard < static_cast<int>(copies_.size())) {
+    holders.insert(holders.end(), copies_[shard].begin(), copies_[shard].end());
+  }
+  return holders;
+}
+
+absl::Status PeerShardCopier::CopyPendingShard(const StepKey& key, int shard, int num_shards, FileSystem* fs,
+                                               const std::string& dest, absl::Time deadline) {
+  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(shard));
+  internal::ReadRangeRequest request;
+  request.set_run(key.run);
+  request.set_step(key.step);
+  request.set_shard(shard);
+  request.set_num_shards(num_shards);
+  request.set_pending(true);
+  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(shard), deadline);
+  RETURN_IF_ERROR(source.Open());
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewWritableFile(dest));
+  for (uint64_t offset = 0; offset < source.Size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(source.Size() - offset, kMaxRangeBytes));
+    RETURN_IF_ERROR(source.Stream(offset, n, [&](absl::string_view piece) { return out->Append(piece); }));
+    offset += n;
+  }
+  RETURN_IF_ERROR(Annotate(out->Sync(), dest));
+  return Annotate(out->Close(), dest);
+}
+
 grpc::Status PeerService::ReadRange(grpc::ServerContext* ctx, const internal::ReadRangeRequest* request,
                                     grpc::ServerWriter<internal::ReadRangeChunk>* writer) {
   const auto token = ctx->client_metadata().find(kJobTokenHeader);
@@ -176,17 +225,21 @@ grpc::Status PeerService::ReadRange(grpc::ServerContext* ctx, const internal::Re
 absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
                                       grpc::ServerWriter<internal::ReadRangeChunk>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
-  if (request.shard() != directory_->rank() || request.num_shards() < 1 || request.offset() < 0 ||
-      request.length() < 0 || request.length() > kMaxRangeBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadRange: shard ", request.shard(), " of ",
-                                                   request.num_shards(), " [", request.offset(), ", +",
-                                                   request.length(), ") is not this daemon's to serve"));
+  const bool own = request.shard() == directory_->rank();
+  if (request.num_shards() < 1 || request.shard() < 0 || request.shard() >= request.num_shards() ||
+      (request.pending() && !own) || request.offset() < 0 || request.length() < 0 ||
+      request.length() > kMaxRangeBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadRange: shard ", request.shard(), " of ", request.num_shards(), " [", request.offset(), ", +",
+        request.length(), ")", request.pending() ? " (pending)" : "", " is not this daemon's to serve"));
   }
   const StepKey key{request.run(), request.step()};
-  // Retention leaves the step alone while another host restores from it.
+  // Retention leaves the step alone while another host restores from it; a pending
+  // step's temp directory stays until the commit that is copying from it ends.
   const StepRegistry::RestorePin pin(registry_, key);
-  const std::string path = DataPath(CheckpointStore::Prefix(store_->StepDir(request.run(), request.step())),
-                                    request.shard(), request.num_shards());
+  const std::string dir = request.pending() ? store_->TempDir(request.run(), request.step())
+                                            : store_->StepDir(request.run(), request.step());
+  const std::string path = DataPath(CheckpointStore::Prefix(dir), request.shard(), request.num_shards());
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, store_->fs()->NewRandomAccessFile(path));
   return Annotate(SendFileRange(*file, request.offset(), request.length(), writer), path);
 }
@@ -195,20 +248,34 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
     const std::string& path) {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> local = target()->NewRandomAccessFile(path);
   int shard = 0, num_shards = 0;
-  if (!absl::IsNotFound(local.status()) || !ParseDataFileName(path, &shard, &num_shards) ||
-      shard == directory_->rank()) {
-    return local;  // found here, not a data file, or this host's own (then it is lost)
+  if (!absl::IsNotFound(local.status()) || !ParseDataFileName(path, &shard, &num_shards)) {
+    return local;  // found here, or not a data file
   }
-  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(shard));
-  internal::ReadRangeRequest request;
-  request.set_run(run_);
-  request.set_step(step_);
-  request.set_shard(shard);
-  request.set_num_shards(num_shards);
-  auto file = std::make_unique<RemoteFile>(stub, std::move(request), directory_->token(),
-                                           directory_->Describe(shard), deadline_);
-  RETURN_IF_ERROR(file->Open());
-  return file;
+  // The rank that wrote the file first, then the ranks that keep copies of it.
+  absl::Status first_failure = local.status();
+  bool tried_remote = false;
+  for (int holder : directory_->Holders(shard)) {
+    if (holder == directory_->rank()) continue;  // not here: this host lost it
+    ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(holder));
+    internal::ReadRangeRequest request;
+    request.set_run(run_);
+    request.set_step(step_);
+    request.set_shard(shard);
+    request.set_num_shards(num_shards);
+    auto file = std::make_unique<RemoteFile>(stub, std::move(request), directory_->token(),
+                                             directory_->Describe(holder), deadline_);
+    const absl::Status opened = file->Open();
+    if (opened.ok()) {
+      if (holder != shard) {
+        spdlog::warn("run '{}' step {}: reading rank {}'s data file from the copy on {}: {}", run_, step_,
+                     shard, directory_->Describe(holder), std::string(first_failure.message()));
+      }
+      return file;
+    }
+    if (!tried_remote) first_failure = opened;
+    tried_remote = true;
+  }
+  return first_failure;
 }
 
 }  // namespace ckptd

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ckptd/internal/peer.grpc.pb.h"
+#include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
 #include "daemon/service/credentials.h"
@@ -68,6 +69,10 @@ class PeerDirectory {
   absl::StatusOr<internal::Peer::Stub*> Stub(int r);
   // "rank 1 (host1, host1:7070)".
   std::string Describe(int r) const;
+  // Replicas: copies[r] are the ranks that keep a copy of rank r's data file.
+  void SetCopies(std::vector<std::vector<int>> copies);
+  // Where rank `shard`'s data file is kept: that rank first, then its copies.
+  std::vector<int> Holders(int shard) const;
   const std::string& token() const;
 
  private:
@@ -79,6 +84,19 @@ class PeerDirectory {
   std::string token_;  // written once in Set, before ready_; read-only afterwards
   std::shared_ptr<grpc::ChannelCredentials> credentials_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<internal::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<int>> copies_ ABSL_GUARDED_BY(mu_);
+};
+
+// Copies another rank's data file of a step being committed from its daemon: the
+// coordinator's replicas (called on the coordinator's thread).
+class PeerShardCopier final : public ShardCopier {
+ public:
+  explicit PeerShardCopier(PeerDirectory* directory) : directory_(directory) {}
+  absl::Status CopyPendingShard(const StepKey& key, int shard, int num_shards, FileSystem* fs,
+                                const std::string& dest, absl::Time deadline) override;
+
+ private:
+  PeerDirectory* directory_;
 };
 
 class PeerService final : public internal::Peer::Service {
@@ -97,7 +115,9 @@ class PeerService final : public internal::Peer::Service {
 };
 
 // Opens data files of the step directory `step_dir` that are not on this host from
-// the daemon whose rank holds them; every call on a remote file ends by `deadline`.
+// the daemon whose rank wrote them or, when that one cannot serve it, from the daemons
+// that keep copies (replicas), in order; every call on a remote file ends by
+// `deadline`.
 class PeerFileSystem final : public FileSystemWrapper {
  public:
   PeerFileSystem(FileSystem* local, PeerDirectory* directory, std::string run, int64_t step,

@@ -433,6 +433,151 @@ INSTANTIATE_TEST_SUITE_P(Hosts, PeerRestoreTest, ::testing::Values(2, 3),
                            return absl::StrCat(info.param, "Hosts");
                          });
 
+// Replicas (local storage): each host's data file is also kept on the next host.
+class ReplicaTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  TempDir tls_;
+};
+
+std::string DataFileOf(const Cluster& cluster, int host, int shard, int64_t step = 1) {
+  return JoinPath(cluster.HostRoot(host),
+                  absl::StrFormat("mh/step-%08d/ckpt.data-%05d-of-%05d", step, shard, cluster.hosts()));
+}
+
+TEST_P(ReplicaTest, EachDataFileIsAlsoOnTheNextHostAndRestoresReadTheCopyWhenTheOriginalIsGone) {
+  const int hosts = GetParam();
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls_, hosts), "--replicas", "1"});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  FileSystem* fs = PosixFileSystem();
+  for (int rank = 0; rank < hosts; ++rank) {
+    const int partner = (rank + 1) % hosts;
+    const absl::StatusOr<std::string> original =
+        fs->ReadFileToString(DataFileOf(cluster, rank, rank), 1 << 20);
+    ASSERT_TRUE(original.ok()) << original.status();
+    EXPECT_EQ(fs->ReadFileToString(DataFileOf(cluster, partner, rank), 1 << 20).value_or("missing"),
+              *original)
+        << "rank " << rank << "'s copy on host " << partner;
+    // No other host keeps it.
+    for (int other = 0; other < hosts; ++other) {
+      if (other != rank && other != partner) {
+        EXPECT_FALSE(fs->Exists(DataFileOf(cluster, other, rank))) << "host " << other;
+      }
+    }
+  }
+  const nlohmann::json meta = nlohmann::json::parse(
+      fs->ReadFileToString(JoinPath(cluster.HostRoot(0), "mh/step-00000001/ckptd.json"), 1 << 20)
+          .value_or("{}"));
+  for (int rank = 0; rank < hosts; ++rank) {
+    EXPECT_EQ(meta["hosts"][rank]["copies"], nlohmann::json::array({(rank + 1) % hosts})) << meta.dump();
+  }
+
+  // Host 1 loses its own data file: every daemon still restores every row, host 1's
+  // rows from the copy (on host 2, or on host 0 when there are only 2).
+  ASSERT_TRUE(fs->DeleteFile(DataFileOf(cluster, 1, 1)).ok());
+  for (int rank = 0; rank < hosts; ++rank) {
+    std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+    auto restored = cluster.Connect(rank)->Restore(
+        "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+    ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
+    for (int t = 0; t < hosts; ++t) {
+      EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 1))
+          << "rank " << rank << ", trainer " << t;
+    }
+  }
+  std::string out;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json --address ", cluster.Address(0), " mh"), &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+  // The daemons said which copy they read.
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find(absl::StrCat("reading rank 1's data file from the copy on rank ", 2 % hosts)),
+            std::string::npos)
+      << log;
+}
+
+TEST_P(ReplicaTest, AFailedCopyFailsTheStepOnEveryHostAndPublishesNothing) {
+  const int hosts = GetParam();
+  // Host 1 keeps rank 0's copy on a disk with room for its own file only.
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls_, hosts), "--replicas", "1"});
+  ASSERT_EQ(StartProblem(cluster), "");
+  const std::string run_dir = JoinPath(cluster.HostRoot(1), "small");
+  ASSERT_TRUE(PosixFileSystem()->CreateDir(run_dir, 0700).ok());
+  std::string out;
+  const std::string pid =
+      PosixFileSystem()->ReadFileToString(JoinPath(cluster.dir(), "pid1"), 64).value_or("");
+  ASSERT_EQ(RunCommand(absl::StrCat("nsenter -t ", pid.substr(0, pid.find_first_of(" \n")),
+                                    " -m -- mount -t tmpfs -o size=1536k,mode=0700 ckptd-small ",
+                                    JoinPath(cluster.dir(), "disk/root/small")),
+                       &out),
+            0)
+      << out;
+  // Each trainer's rows are 1 MiB: host 1's own file fits, the copy does not.
+  constexpr int64_t kRows = 256, kCols = 1024;
+  auto results = RunTrainers(hosts, [&](int t) -> absl::Status {
+    auto client = cluster.Connect(t);
+    std::vector<float> rows(static_cast<size_t>(kRows * kCols), static_cast<float>(t));
+    RETURN_IF_ERROR(client
+                        ->Save("small", 1, t, hosts,
+                               {{.name = "big",
+                                 .dtype = kDtFloat,
+                                 .shape = {kRows * hosts, kCols},
+                                 .box_start = {kRows * t, 0},
+                                 .box_length = {kRows, kCols},
+                                 .data = rows.data(),
+                                 .size = rows.size() * 4}})
+                        .status());
+    return client->Wait("small", 1);
+  });
+  for (int t = 0; t < hosts; ++t) {
+    EXPECT_EQ(results[t].code(), absl::StatusCode::kResourceExhausted)
+        << "trainer " << t << ": " << results[t];
+    EXPECT_NE(results[t].message().find("replica of rank 0's data file"), std::string::npos) << results[t];
+    EXPECT_NE(results[t].message().find("host1"), std::string::npos) << results[t];
+  }
+  for (int host = 0; host < hosts; ++host) {
+    auto names = PosixFileSystem()->ListDir(JoinPath(cluster.HostRoot(host), "small"));
+    // Host 1's directory is seen from outside its namespace: the tmpfs is not there.
+    if (host == 1) continue;
+    ASSERT_TRUE(names.ok() || absl::IsNotFound(names.status())) << names.status();
+    for (const std::string& name : names.value_or(std::vector<std::string>())) {
+      ADD_FAILURE() << "host " << host << " kept " << name;
+    }
+  }
+  ASSERT_EQ(RunCommand(absl::StrCat("nsenter -t ", pid.substr(0, pid.find_first_of(" \n")), " -m -- ls -A ",
+                                    JoinPath(cluster.dir(), "disk/root/small")),
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(out, "") << "host 1 kept files";
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+TEST(ReplicaPlacementTest, TooFewHostsForTheReplicasStopsTheJobAtStartNamingThem) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls;
+  Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls, 2), "--replicas", "2"});
+  EXPECT_FALSE(cluster.Start().ok());
+  EXPECT_EQ(cluster.exit_code(), 2);
+  const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("replicas: 2 copies of each data file need 3 hosts"), std::string::npos) << log;
+  EXPECT_NE(log.find("(host0, host1)"), std::string::npos) << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, ReplicaTest, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(info.param, "Hosts");
+                         });
+
 class StorageModeTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -26,6 +26,22 @@ TEST(ConfigTest, StorageIsSharedOrLocal) {
   EXPECT_EQ(ExpandPathPattern("/nvme/ckpt-{rank}", 7, 0), "/nvme/ckpt-7");
 }
 
+TEST(ConfigTest, ReplicasNeedLocalStorageAndTcp) {
+  const std::string tcp = "tcp: {address: 0.0.0.0:0, tls_cert: c, tls_key: k, tls_ca: a}\n";
+  auto ok = ParseConfig("storage: local\nreplicas: 2\nfailure_domains: {host0: rack0, host1: rack0}\n" + tcp);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->replicas, 2);
+  EXPECT_EQ(ok->failure_domains.at("host1"), "rack0");
+  auto shared = ParseConfig("replicas: 1\n" + tcp);
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shared.status().message().find("storage: local"), std::string::npos) << shared.status();
+  auto no_tcp = ParseConfig("storage: local\nreplicas: 1\n");
+  EXPECT_NE(no_tcp.status().message().find("tcp.address"), std::string::npos) << no_tcp.status();
+  EXPECT_EQ(ParseConfig("storage: local\nreplicas: -1\n" + tcp).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseConfig("failure_domains: [a, b]\n").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ConfigTest, ParsesKeys) {
   auto c = ParseConfig(
       "socket_path: /run/x/{rank}.sock\nroot: /data\ncommit:\n  timeout: 1500ms\nlog_level: debug\n");

@@ -281,7 +281,6 @@ int main(int argc, char** argv) {
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
-  if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
   int tcp_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartServer(fs, config, &service, &peer_service, &tcp_port);
@@ -296,6 +295,9 @@ int main(int argc, char** argv) {
         !s.ok())
       fatal(s);
   }
+  // Before trainers connect on the local socket; with replicas the peers must already
+  // serve, since a host repairs what it lost from them.
+  if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
                config.root, std::string(ckptd::StorageName(config.storage)));

@@ -187,8 +187,9 @@ absl::Status Coordinator::ReplicatePhase(Attempt& attempt, absl::Status* mine) {
   for (int shard = 0; shard < ranks && mine->ok(); ++shard) {
     const std::vector<int>& holders = replica_copies_[shard];
     if (std::find(holders.begin(), holders.end(), rank) == holders.end()) continue;
-    const absl::Status copied = copier_->CopyPendingShard(attempt.key, shard, ranks, store_->fs(),
-                                                          DataPath(prefix, shard, ranks), attempt.deadline);
+    const absl::Status copied =
+        copier_->CopyStepFile(attempt.key, DataPath("ckpt", shard, ranks), shard, /*pending=*/true,
+                              store_->fs(), DataPath(prefix, shard, ranks), attempt.deadline);
     if (!copied.ok()) *mine = Annotate(copied, absl::StrCat("replica of rank ", shard, "'s data file"));
   }
   return absl::OkStatus();

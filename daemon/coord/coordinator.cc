@@ -403,44 +403,6 @@ absl::Status Coordinator::CheckRoot() {
   return agreed;
 }
 
-absl::Status Coordinator::ReconcileLocalSteps() {
-  if (options_.storage != Storage::kLocal) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + options_.commit_timeout;
-  internal::StepList mine;
-  absl::Status listed = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<std::string> runs, store_->ListRuns());
-    for (const std::string& run : runs) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->ListSteps(run));
-      for (int64_t step : steps) {
-        internal::StepRef* ref = mine.add_steps();
-        ref->set_run(run);
-        ref->set_step(step);
-      }
-    }
-    return absl::OkStatus();
-  }();
-  // A rank that cannot list its root must not let the others keep steps it may lack.
-  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(listed), deadline));
-  RETURN_IF_ERROR(agreed);
-  ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(mine.SerializeAsString(), deadline));
-  std::map<StepKey, int> hosts_with;
-  for (const std::string& bytes : all) {
-    internal::StepList list;
-    if (!list.ParseFromString(bytes)) return absl::InternalError("a rank sent an unparsable step list");
-    for (const internal::StepRef& ref : list.steps()) ++hosts_with[{ref.run(), ref.step()}];
-  }
-  for (const internal::StepRef& ref : mine.steps()) {
-    const StepKey key{ref.run(), ref.step()};
-    if (hosts_with[key] == collective_->size()) continue;
-    spdlog::warn(
-        "run '{}' step {} is committed on {} of {} hosts (a crash between their publishes); taking it "
-        "back here",
-        key.run, key.step, hosts_with[key], collective_->size());
-    TakeBack(key);
-  }
-  return absl::OkStatus();
-}
-
 void Coordinator::SetReplicas(std::vector<std::vector<int>> copies, ShardCopier* copier) {
   replica_copies_ = std::move(copies);
   copier_ = copier;

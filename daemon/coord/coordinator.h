@@ -66,8 +66,11 @@ class Coordinator {
   // FAILED_PRECONDITION on every rank, naming the rank and host. Call before Run.
   absl::Status CheckRoot();
   // Local storage: a crash between the hosts' publishes can leave a step published on
-  // some hosts only. Every rank takes back the committed steps that are not on every
-  // host, so that no daemon reports a step it cannot restore. Call after CheckRoot.
+  // some hosts only, and a host can lose its disk. With replicas, every rank copies
+  // back what it lacks of a step whose data files all survive somewhere (its index,
+  // ckptd.json, its own file and the copies it keeps); any other step not on every
+  // host is taken back, so that no daemon reports a step it cannot restore. Call after
+  // CheckRoot, and with replicas after SetReplicas (the peers must be serving).
   absl::Status ReconcileLocalSteps();
   // Every rank's PeerInfo (in rank order) for the one this rank gives; rank 0's token
   // is the job's. Call before Run.
@@ -79,6 +82,10 @@ class Coordinator {
 
  private:
   struct RoundTally;
+  struct StepHolders;
+  absl::Status ListHeldSteps(internal::StepList* mine);
+  // Copies what this rank lacks of a step from the ranks that hold it.
+  absl::Status RepairStep(const StepKey& key, const StepHolders& holders, absl::Time deadline);
   // One coordination round: every rank's RoundState gathered, tallied, and the steps
   // and barriers that are ready committed, completed or failed. Returns true if the
   // round did any work; sets *stopping when some rank is stopping.

@@ -28,11 +28,12 @@ absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(const std::vector<st
 class ShardCopier {
  public:
   virtual ~ShardCopier() = default;
-  // Copies rank `shard`'s data file of `key`, still in that rank's temp directory
-  // (every rank has written its file and none has published), to `dest` on `fs`,
-  // and syncs it; gives up at `deadline`.
-  virtual absl::Status CopyPendingShard(const StepKey& key, int shard, int num_shards, FileSystem* fs,
-                                        const std::string& dest, absl::Time deadline) = 0;
+  // Copies file `name` of step `key` (a data file, ckpt.index or ckptd.json) from rank
+  // `from` to `dest` on `fs`, and syncs it; gives up at `deadline`. With `pending`,
+  // `name` is `from`'s own data file in its temp directory (every rank has written its
+  // file and none has published); otherwise the file in `from`'s step directory.
+  virtual absl::Status CopyStepFile(const StepKey& key, const std::string& name, int from, bool pending,
+                                    FileSystem* fs, const std::string& dest, absl::Time deadline) = 0;
 };
 
 }  // namespace ckptd

@@ -8,6 +8,7 @@
 #include "ckptd/v1/wire.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/service/validation.h"
 
 namespace ckptd {
@@ -189,16 +190,22 @@ std::vector<int> PeerDirectory::Holders(int shard) const {
   return holders;
 }
 
-absl::Status PeerShardCopier::CopyPendingShard(const StepKey& key, int shard, int num_shards, FileSystem* fs,
-                                               const std::string& dest, absl::Time deadline) {
-  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(shard));
+absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string& name, int from,
+                                           bool pending, FileSystem* fs, const std::string& dest,
+                                           absl::Time deadline) {
+  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(from));
   internal::ReadRangeRequest request;
   request.set_run(key.run);
   request.set_step(key.step);
-  request.set_shard(shard);
-  request.set_num_shards(num_shards);
-  request.set_pending(true);
-  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(shard), deadline);
+  request.set_pending(pending);
+  int shard = 0, num_shards = 0;
+  if (ParseDataFileName(name, &shard, &num_shards)) {
+    request.set_shard(shard);
+    request.set_num_shards(num_shards);
+  } else {
+    request.set_file(name);
+  }
+  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(from), deadline);
   RETURN_IF_ERROR(source.Open());
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewWritableFile(dest));
   for (uint64_t offset = 0; offset < source.Size();) {
@@ -226,12 +233,17 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
                                       grpc::ServerWriter<internal::ReadRangeChunk>* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   const bool own = request.shard() == directory_->rank();
-  if (request.num_shards() < 1 || request.shard() < 0 || request.shard() >= request.num_shards() ||
-      (request.pending() && !own) || request.offset() < 0 || request.length() < 0 ||
+  const bool step_file = !request.file().empty();
+  if ((step_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) ||
+      (!step_file &&
+       (request.num_shards() < 1 || request.shard() < 0 || request.shard() >= request.num_shards())) ||
+      (request.pending() && (step_file || !own)) || request.offset() < 0 || request.length() < 0 ||
       request.length() > kMaxRangeBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReadRange: shard ", request.shard(), " of ", request.num_shards(), " [", request.offset(), ", +",
-        request.length(), ")", request.pending() ? " (pending)" : "", " is not this daemon's to serve"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadRange: ", step_file ? request.file() : "shard ",
+                     step_file ? "" : absl::StrCat(request.shard(), " of ", request.num_shards()), " [",
+                     request.offset(), ", +", request.length(), ")", request.pending() ? " (pending)" : "",
+                     " is not this daemon's to serve"));
   }
   const StepKey key{request.run(), request.step()};
   // Retention leaves the step alone while another host restores from it; a pending
@@ -239,7 +251,9 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
   const StepRegistry::RestorePin pin(registry_, key);
   const std::string dir = request.pending() ? store_->TempDir(request.run(), request.step())
                                             : store_->StepDir(request.run(), request.step());
-  const std::string path = DataPath(CheckpointStore::Prefix(dir), request.shard(), request.num_shards());
+  const std::string path =
+      step_file ? JoinPath(dir, request.file())
+                : DataPath(CheckpointStore::Prefix(dir), request.shard(), request.num_shards());
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, store_->fs()->NewRandomAccessFile(path));
   return Annotate(SendFileRange(*file, request.offset(), request.length(), writer), path);
 }

@@ -87,13 +87,13 @@ class PeerDirectory {
   std::vector<std::vector<int>> copies_ ABSL_GUARDED_BY(mu_);
 };
 
-// Copies another rank's data file of a step being committed from its daemon: the
-// coordinator's replicas (called on the coordinator's thread).
+// Copies another rank's files of a step from its daemon: the coordinator's replicas
+// and repairs (called on the coordinator's thread).
 class PeerShardCopier final : public ShardCopier {
  public:
   explicit PeerShardCopier(PeerDirectory* directory) : directory_(directory) {}
-  absl::Status CopyPendingShard(const StepKey& key, int shard, int num_shards, FileSystem* fs,
-                                const std::string& dest, absl::Time deadline) override;
+  absl::Status CopyStepFile(const StepKey& key, const std::string& name, int from, bool pending,
+                            FileSystem* fs, const std::string& dest, absl::Time deadline) override;
 
  private:
   PeerDirectory* directory_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -439,6 +440,10 @@ class ReplicaTest : public ::testing::TestWithParam<int> {
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
   }
+  // Daemon flags: peers over TLS, one copy of each data file.
+  std::vector<std::string> OneReplica(int hosts) {
+    return {"--config", WriteTlsConfig(tls_, hosts), "--replicas", "1"};
+  }
   TempDir tls_;
 };
 
@@ -449,8 +454,7 @@ std::string DataFileOf(const Cluster& cluster, int host, int shard, int64_t step
 
 TEST_P(ReplicaTest, EachDataFileIsAlsoOnTheNextHostAndRestoresReadTheCopyWhenTheOriginalIsGone) {
   const int hosts = GetParam();
-  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
-                  {"--config", WriteTlsConfig(tls_, hosts), "--replicas", "1"});
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true}, OneReplica(hosts));
   ASSERT_EQ(StartProblem(cluster), "");
   ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
   FileSystem* fs = PosixFileSystem();
@@ -503,11 +507,79 @@ TEST_P(ReplicaTest, EachDataFileIsAlsoOnTheNextHostAndRestoresReadTheCopyWhenThe
       << log;
 }
 
+TEST_P(ReplicaTest, AWipedHostIsRepairedFromItsPeersAtRestartAndEveryRestoreIsBitExact) {
+  const int hosts = GetParam();
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true}, OneReplica(hosts));
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  ASSERT_TRUE(SaveStep(cluster, hosts, 2).ok());
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  FileSystem* fs = PosixFileSystem();
+  std::map<std::string, std::string> before;  // host 1's step files
+  for (int64_t step : {1, 2}) {
+    const std::string dir = JoinPath(cluster.HostRoot(1), absl::StrFormat("mh/step-%08d", step));
+    for (const std::string& name : fs->ListDir(dir).value_or(std::vector<std::string>())) {
+      before[JoinPath(dir, name)] = fs->ReadFileToString(JoinPath(dir, name), 1 << 20).value_or("");
+    }
+  }
+  ASSERT_EQ(before.size(), 8u);  // index, ckptd.json, its own data file and rank 0's copy, twice
+  // Host 1 comes back with an empty disk.
+  ASSERT_TRUE(fs->DeleteRecursively(cluster.HostRoot(1)).ok());
+  ASSERT_EQ(StartProblem(cluster), "");
+  for (const auto& [path, contents] : before) {
+    EXPECT_EQ(fs->ReadFileToString(path, 1 << 20).value_or("missing"), contents) << path;
+  }
+  for (int rank = 0; rank < hosts; ++rank) {
+    for (int64_t step : {1, 2}) {
+      std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+      auto restored = cluster.Connect(rank)->Restore(
+          "mh", step, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+      ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
+      for (int t = 0; t < hosts; ++t) {
+        EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, step))
+            << "rank " << rank << ", step " << step << ", trainer " << t;
+      }
+    }
+  }
+  // The next step is kept twice again, on the repaired host too.
+  ASSERT_TRUE(SaveStep(cluster, hosts, 3).ok());
+  EXPECT_TRUE(fs->Exists(DataFileOf(cluster, 1, 0, 3)));
+  EXPECT_TRUE(fs->Exists(DataFileOf(cluster, (2 % hosts), 1, 3)));
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("run 'mh' step 2: repaired on this host from its peers (ckpt.index, ckptd.json, "
+                     "ckpt.data-00000-of-0000"),
+            std::string::npos)
+      << log;
+}
+
+TEST(ReplicaLossTest, LosingMoreHostsThanReplicasTakesTheStepsBackNamingTheLostRank) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls;
+  Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls, 3), "--replicas", "1"});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, 3, 1).ok());
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  // Rank 1's data file lived on hosts 1 and 2 only.
+  ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(1)).ok());
+  ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(2)).ok());
+  ASSERT_EQ(StartProblem(cluster), "");
+  std::vector<float> all(8 * 3 * 16);
+  auto restored = cluster.Connect(0)->Restore(
+      "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kNotFound) << restored.status();
+  EXPECT_FALSE(PosixFileSystem()->Exists(JoinPath(cluster.HostRoot(0), "mh/step-00000001")));
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+  const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("run 'mh' step 1 is committed on 1 of 3 hosts"), std::string::npos) << log;
+  EXPECT_NE(log.find("no host holds the data files of rank(s) 1"), std::string::npos) << log;
+}
+
 TEST_P(ReplicaTest, AFailedCopyFailsTheStepOnEveryHostAndPublishesNothing) {
   const int hosts = GetParam();
   // Host 1 keeps rank 0's copy on a disk with room for its own file only.
-  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true},
-                  {"--config", WriteTlsConfig(tls_, hosts), "--replicas", "1"});
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true}, OneReplica(hosts));
   ASSERT_EQ(StartProblem(cluster), "");
   const std::string run_dir = JoinPath(cluster.HostRoot(1), "small");
   ASSERT_TRUE(PosixFileSystem()->CreateDir(run_dir, 0700).ok());

@@ -1,0 +1,155 @@
+// Start-up reconciliation of local roots (Coordinator::ReconcileLocalSteps): steps
+// that are not whole on every host are repaired from the hosts that still hold their
+// files (with replicas) or taken back. Runs on the coordinator's thread before Run.
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/base/status.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/bundle/checkpoint_meta.h"
+#include "daemon/coord/coordinator.h"
+
+namespace ckptd {
+
+struct Coordinator::StepHolders {
+  std::set<int> ranks;                    // ranks that hold the step committed
+  std::map<int, std::vector<int>> files;  // shard -> ranks that hold its data file
+  int num_shards = 0;
+};
+
+absl::Status Coordinator::ListHeldSteps(internal::StepList* mine) {
+  ASSIGN_OR_RETURN(std::vector<std::string> runs, store_->ListRuns());
+  for (const std::string& run : runs) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->ListSteps(run));
+    for (int64_t step : steps) {
+      internal::HeldStep* held = mine->add_steps();
+      held->set_run(run);
+      held->set_step(step);
+      ASSIGN_OR_RETURN(std::vector<std::string> names, store_->fs()->ListDir(store_->StepDir(run, step)));
+      for (const std::string& name : names) {
+        int shard = 0, num_shards = 0;
+        if (!ParseDataFileName(name, &shard, &num_shards)) continue;
+        held->add_data_files(shard);
+        held->set_num_shards(num_shards);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReconcileLocalSteps() {
+  if (options_.storage != Storage::kLocal) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + options_.commit_timeout;
+  internal::StepList mine;
+  const absl::Status listed = ListHeldSteps(&mine);
+  // A rank that cannot list its root must not let the others keep steps it may lack.
+  ASSIGN_OR_RETURN(absl::Status agreed, Vote(Where(listed), deadline));
+  RETURN_IF_ERROR(agreed);
+  ASSIGN_OR_RETURN(std::vector<std::string> all, collective_->AllGather(mine.SerializeAsString(), deadline));
+  std::map<StepKey, StepHolders> held;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    internal::StepList list;
+    if (!list.ParseFromString(all[r])) return absl::InternalError("a rank sent an unparsable step list");
+    for (const internal::HeldStep& step : list.steps()) {
+      StepHolders& h = held[{step.run(), step.step()}];
+      h.ranks.insert(r);
+      for (int shard : step.data_files()) h.files[shard].push_back(r);
+      if (step.num_shards() > 0) h.num_shards = step.num_shards();
+    }
+  }
+  const int ranks = collective_->size();
+  // Every rank walks the same steps in the same order and decides the same way: the
+  // votes below line up.
+  for (const auto& [key, h] : held) {
+    bool repairable = copier_ != nullptr && h.num_shards == ranks;
+    for (int shard = 0; repairable && shard < ranks; ++shard) repairable = h.files.count(shard) > 0;
+    if (repairable) {
+      const absl::Status repaired = RepairStep(key, h, deadline);
+      ASSIGN_OR_RETURN(absl::Status outcome, Vote(Where(repaired), deadline));
+      if (outcome.ok()) continue;
+      spdlog::warn("run '{}' step {} could not be repaired on every host ({}); taking it back", key.run,
+                   key.step, std::string(outcome.message()));
+    } else if (static_cast<int>(h.ranks.size()) == ranks) {
+      continue;
+    } else {
+      std::vector<int> lost;
+      for (int shard = 0; shard < h.num_shards; ++shard) {
+        if (h.files.count(shard) == 0) lost.push_back(shard);
+      }
+      spdlog::warn(
+          "run '{}' step {} is committed on {} of {} hosts (a crash between their publishes, or lost "
+          "hosts{}); "
+          "taking it back here",
+          key.run, key.step, h.ranks.size(), ranks,
+          lost.empty()
+              ? ""
+              : absl::StrCat(": no host holds the data files of rank(s) ", absl::StrJoin(lost, ", ")));
+    }
+    ASSIGN_OR_RETURN(bool committed, store_->Committed(key.run, key.step));
+    if (committed) TakeBack(key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& holders, absl::Time deadline) {
+  const int rank = collective_->rank(), ranks = collective_->size();
+  FileSystem* fs = store_->fs();
+  const bool have_step = holders.ranks.count(rank) > 0;
+  // A step this host lacks is rebuilt in its temp directory and published like a
+  // commit; files missing from a step it has are copied beside them and renamed in.
+  const std::string dir = have_step ? store_->StepDir(key.run, key.step) : store_->TempDir(key.run, key.step);
+  std::vector<std::string> fetched;
+  if (!have_step) {
+    RETURN_IF_ERROR(PrepareTempDir(key));
+    for (const char* name : {"ckpt.index", kCheckpointMetaFile}) {
+      RETURN_IF_ERROR(copier_->CopyStepFile(key, name, *holders.ranks.begin(), /*pending=*/false, fs,
+                                            JoinPath(dir, name), deadline));
+      fetched.push_back(name);
+    }
+  }
+  // The data files this rank keeps: its own, and those ckptd.json says it keeps copies of.
+  ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(JoinPath(dir, kCheckpointMetaFile), 1 << 30));
+  ASSIGN_OR_RETURN(CheckpointMeta meta, CheckpointMeta::FromJson(text));
+  std::set<int> wanted = {rank};
+  for (const CheckpointMeta::Host& host : meta.hosts) {
+    for (int copy : host.copies) {
+      if (copy == rank) wanted.insert(host.rank);
+    }
+  }
+  for (int shard : wanted) {
+    const std::string name = DataPath("ckpt", shard, ranks);
+    const std::string path = JoinPath(dir, name);
+    if (fs->Exists(path)) continue;
+    const std::string landing = have_step ? absl::StrCat(path, ".repair") : path;
+    absl::Status copied =
+        absl::DataLossError(absl::StrCat("no other host holds rank ", shard, "'s data file"));
+    for (int from : holders.files.at(shard)) {
+      if (from == rank) continue;
+      copied = copier_->CopyStepFile(key, name, from, /*pending=*/false, fs, landing, deadline);
+      if (copied.ok()) break;
+      spdlog::warn("run '{}' step {}: copying {} from rank {}: {}", key.run, key.step, name, from,
+                   std::string(copied.message()));
+    }
+    RETURN_IF_ERROR(copied);
+    if (have_step) RETURN_IF_ERROR(fs->Rename(landing, path));
+    fetched.push_back(name);
+  }
+  if (fetched.empty()) return absl::OkStatus();
+  if (have_step) {
+    RETURN_IF_ERROR(fs->SyncDir(dir));
+  } else {
+    RETURN_IF_ERROR(fs->SyncDir(dir));
+    RETURN_IF_ERROR(Publish(key));
+  }
+  spdlog::warn("run '{}' step {}: repaired on this host from its peers ({})", key.run, key.step,
+               absl::StrJoin(fetched, ", "));
+  return absl::OkStatus();
+}
+
+}  // namespace ckptd

@@ -12,8 +12,9 @@
 #   hosts      with --hosts N (root): the same save and restores again on N simulated
 #              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
 #              Open MPI over TCP), one daemon and 2 trainers per host, with storage
-#              shared (one root) and local (a root per host, restores read other hosts'
-#              bytes through their daemons), and the bytes each host's NIC carried.
+#              shared (one root), local (a root per host, restores read other hosts'
+#              bytes through their daemons) and local with 1 replica (then again after
+#              host 1 lost its data file), and the bytes each host's NIC carried.
 #              Every host's "disk" is a directory on this machine's disk.
 # Prints a table; --json FILE writes one object with every number and ratio.
 # --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
@@ -113,20 +114,30 @@ if [ "$HOSTS" != 0 ]; then
     --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET"
     --mca mpi_yield_when_idle 1)  # all hosts share this machine's cores: waiting ranks yield
   MULTI="{"
-  for MODE in shared local; do
-    echo "== $HOSTS hosts, storage $MODE: 1 daemon and 2 trainers per host" >&2
-    ROOT="$H/shared/root-$MODE"
-    [ "$MODE" = local ] && ROOT="$H/disk/root-$MODE"  # each host's own directory
+  # replicas: local storage with one copy of each data file on the next host; after
+  # its run, host 1 loses its own data file of the measured step and the restores run
+  # again (host 1 then reads it from the copy).
+  for MODE in shared local replicas; do
+    echo "== $HOSTS hosts, $MODE: 1 daemon and 2 trainers per host" >&2
+    ROOT="$H/disk/root-$MODE"  # each host's own directory
+    FLAGS=(--storage local)
+    [ "$MODE" = shared ] && ROOT="$H/shared/root-$MODE" FLAGS=(--storage shared)
+    [ "$MODE" = replicas ] && FLAGS+=(--replicas 1)
     # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
-    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$WORK/tls/ckptd.yaml" \
-      --storage "$MODE" --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
-      > "$WORK/daemons-$MODE.log" 2>&1 &
+    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$WORK/tls/ckptd.yaml" "${FLAGS[@]}" \
+      --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
+      --log-level "${CKPTD_BENCH_LOG_LEVEL:-info}" > "$WORK/daemons-$MODE.log" 2>&1 &
     MPIRUN_PID=$!
-    OUT=$("${ON_HOSTS[@]}" -np $((2 * HOSTS)) --map-by ppr:2:node "$BIN/ckptd-bench" save \
-      --socket "$H/disk/ckptd-{rank}.sock" --bytes "$BYTES" --daemons "$HOSTS" --net-interface eth0) || {
-      cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
-    stop_daemons
+    TRAINERS=("${ON_HOSTS[@]}" -np $((2 * HOSTS)) --map-by ppr:2:node "$BIN/ckptd-bench" save
+      --socket "$H/disk/ckptd-{rank}.sock" --bytes "$BYTES" --daemons "$HOSTS" --net-interface eth0)
+    OUT=$("${TRAINERS[@]}") || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
     MULTI="$MULTI\"$MODE\": $OUT,"
+    if [ "$MODE" = replicas ]; then
+      rm "$H/host1/root-$MODE/bench/step-00000002/$(printf 'ckpt.data-%05d-of-%05d' 1 "$HOSTS")"
+      OUT=$("${TRAINERS[@]}" --restore-only) || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
+      MULTI="$MULTI\"replicas_host1_lost\": $OUT,"
+    fi
+    stop_daemons
   done
   MULTI="${MULTI%,}}"
 fi
@@ -179,19 +190,27 @@ if multi:
         return f"{n / 1e6:8.1f}"
     print(f"\n{hosts} simulated hosts, 1 daemon and 2 trainers each, beside this machine's "
           f"{r['daemons']} daemons and {r['trainers']} trainers (GB/s; ratio to the single machine)\n")
-    print("| measurement                    | one machine |     shared       |      local       |")
-    print("|--------------------------------|-------------|------------------|------------------|")
+    modes = ("shared", "local", "replicas")
+    print("| measurement                    | one machine |     shared       |      local       | local, 1 replica |")
+    print("|--------------------------------|-------------|------------------|------------------|------------------|")
+    def cells(key):
+        return " | ".join(f"{multi[m][key]:7.3f} {multi[m][key] / r[key]:5.2f}x  " for m in modes)
     for what, key in [("save to durable (shm)", "save_gbps"), ("save to durable (gRPC)", "grpc_save_gbps"),
                       ("restore (same cut)", "restore_gbps"),
                       ("resharded restore (row halves)", "reshard_restore_gbps")]:
-        cells = " | ".join(f"{multi[m][key]:7.3f} {multi[m][key] / r[key]:5.2f}x  " for m in ("shared", "local"))
-        print(f"| {what:<30} | {r[key]:11.3f} | {cells} |")
+        print(f"| {what:<30} | {r[key]:11.3f} | {cells(key)} |")
+    lost = multi["replicas_host1_lost"]
+    for what, key in [("restore, host 1's file lost", "restore_gbps"),
+                      ("resharded, host 1's file lost", "reshard_restore_gbps")]:
+        print(f"| {what:<30} | {r[key]:11.3f} | {'':16} | {'':16} | {lost[key]:7.3f} {lost[key] / r[key]:5.2f}x   |")
+    r["replica_save_overhead"] = multi["local"]["save_gbps"] / multi["replicas"]["save_gbps"]
+    print(f"\nsave with 1 replica takes {r['replica_save_overhead']:.2f}x the time of local storage without")
     print(f"\nnetwork bytes per host per step (MB; the most any host received / sent on eth0)\n")
-    print("| phase                          |      shared received / sent |       local received / sent |")
-    print("|--------------------------------|-----------------------------|-----------------------------|")
+    print("| phase                          |      shared received / sent |       local received / sent |  1 replica received / sent  |")
+    print("|--------------------------------|-----------------------------|-----------------------------|-----------------------------|")
     for phase in ("save", "grpc_save", "restore", "reshard_restore"):
         cells = " | ".join(f"{mb(multi[m]['net_per_host'][phase]['received'])} / {mb(multi[m]['net_per_host'][phase]['sent'])}         "
-                           for m in ("shared", "local"))
+                           for m in modes)
         print(f"| {phase:<30} | {cells} |")
 if out_path:
     with open(out_path, "w") as f:

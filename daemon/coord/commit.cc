@@ -187,10 +187,13 @@ absl::Status Coordinator::ReplicatePhase(Attempt& attempt, absl::Status* mine) {
   for (int shard = 0; shard < ranks && mine->ok(); ++shard) {
     const std::vector<int>& holders = replica_copies_[shard];
     if (std::find(holders.begin(), holders.end(), rank) == holders.end()) continue;
+    const absl::Time started = absl::Now();
     const absl::Status copied =
         copier_->CopyStepFile(attempt.key, DataPath("ckpt", shard, ranks), shard, /*pending=*/true,
                               store_->fs(), DataPath(prefix, shard, ranks), attempt.deadline);
     if (!copied.ok()) *mine = Annotate(copied, absl::StrCat("replica of rank ", shard, "'s data file"));
+    spdlog::debug("run '{}' step {}: copied rank {}'s data file in {}", attempt.key.run, attempt.key.step,
+                  shard, absl::FormatDuration(absl::Now() - started));
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -106,17 +107,22 @@ class RemoteFile final : public RandomAccessFile {
 }  // namespace
 
 absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t length,
-                         const std::function<bool(const std::string& piece)>& send) {
+                         const std::function<bool(absl::string_view piece)>& send) {
   if (offset < 0 || length < 0 || static_cast<uint64_t>(offset + length) > file.Size()) {
     return absl::OutOfRangeError(
         absl::StrCat("[", offset, ", +", length, ") is past the end of the file (", file.Size(), " bytes)"));
   }
-  std::string buffer;
+  // Whole 4 KiB blocks: pieces after an aligned first one stay aligned.
+  constexpr size_t kPiece = wire::kRestoreChunkBytes / 4096 * 4096;
+  std::unique_ptr<char, decltype(&std::free)> buffer(static_cast<char*>(std::aligned_alloc(4096, kPiece)),
+                                                     &std::free);
+  if (buffer == nullptr) return absl::ResourceExhaustedError("no memory for a read buffer");
   for (int64_t done = 0; done < length;) {
-    const int64_t n = std::min<int64_t>(length - done, static_cast<int64_t>(wire::kRestoreChunkBytes));
-    buffer.resize(static_cast<size_t>(n));
-    RETURN_IF_ERROR(file.Read(static_cast<uint64_t>(offset + done), buffer.size(), buffer.data()));
-    if (!send(buffer)) return absl::CancelledError("the reader went away");
+    const int64_t n = std::min<int64_t>(length - done, static_cast<int64_t>(kPiece));
+    RETURN_IF_ERROR(file.Read(static_cast<uint64_t>(offset + done), static_cast<size_t>(n), buffer.get()));
+    if (!send(absl::string_view(buffer.get(), static_cast<size_t>(n)))) {
+      return absl::CancelledError("the reader went away");
+    }
     done += n;
   }
   return absl::OkStatus();
@@ -207,7 +213,7 @@ absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string
   }
   RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(from), deadline);
   RETURN_IF_ERROR(source.Open());
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewWritableFile(dest));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewDirectWritableFile(dest));
   for (uint64_t offset = 0; offset < source.Size();) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(source.Size() - offset, kMaxRangeBytes));
     RETURN_IF_ERROR(source.Stream(offset, n, [&](absl::string_view piece) { return out->Append(piece); }));

@@ -34,10 +34,11 @@ namespace ckptd {
 inline constexpr char kJobTokenHeader[] = "ckptd-job-token";
 
 // Reads [offset, offset + length) of `file` and hands it to `send` in pieces of at
-// most wire::kRestoreChunkBytes, in order; `send` returns false once the reader is
+// most wire::kRestoreChunkBytes, in order (from 4 KiB-aligned memory in whole blocks,
+// so that the file is read with O_DIRECT where it can be); `send` returns false once the reader is
 // gone (CANCELLED). OUT_OF_RANGE past the end of the file.
 absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t length,
-                         const std::function<bool(const std::string& piece)>& send);
+                         const std::function<bool(absl::string_view piece)>& send);
 
 // Answers a ranged read: the file's size in the first message, then the range's bytes
 // (length 0: the size alone). Message: ReadRangeChunk or ReadStepFileResponse.
@@ -48,8 +49,8 @@ absl::Status SendFileRange(const RandomAccessFile& file, int64_t offset, int64_t
   message.set_file_size(static_cast<int64_t>(file.Size()));
   if (length == 0)
     return writer->Write(message) ? absl::OkStatus() : absl::CancelledError("the reader went away");
-  return StreamRange(file, offset, length, [&](const std::string& piece) {
-    message.set_data(piece);
+  return StreamRange(file, offset, length, [&](absl::string_view piece) {
+    message.set_data(piece.data(), piece.size());
     const bool sent = writer->Write(message);
     message.clear_file_size();
     return sent;

@@ -3,7 +3,7 @@
 # binaries of this build and checks that its JSON has every key issue 4 asks for,
 # each a positive number. As root it adds --hosts 2 and checks where the bytes went:
 # with local storage a resharded restore brings half of each host's bytes from the
-# other host, with a shared root none.
+# other host, with a shared root none; with one replica a save sends each host's file.
 set -euo pipefail
 SRC="$1" BIN="$2"
 OUT="$(mktemp -d)"
@@ -29,6 +29,12 @@ if sys.argv[2] != "0":
     shared = r["hosts"]["shared"]["net_per_host"]["reshard_restore"]["received"]
     if shared > half // 8:
         sys.exit(f"shared root: a host received {shared} bytes in a resharded restore; data should not cross")
+    # With one replica each host sends its whole data file (half the step) to the other.
+    sent = r["hosts"]["replicas"]["net_per_host"]["save"]["sent"]
+    if sent < half:
+        sys.exit(f"1 replica: a host sent {sent} bytes in a save, expected >= {half}")
+    if not r["hosts"]["replicas_host1_lost"].get("restore_gbps", 0) > 0:
+        sys.exit("bench.json: no restore figure after host 1 lost its data file")
     print("bench_smoke: hosts figures present; peer bytes as expected")
 keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "save_gbps", "restore_gbps",
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",

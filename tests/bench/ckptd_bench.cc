@@ -8,6 +8,7 @@
 //            restores it, then restores a different cut (reshard), over shared memory and
 //            over the gRPC stream. --net-interface IF adds the bytes each host sent and
 //            received on IF during each measured save and restore (the most of any host).
+//            --restore-only skips the saves and restores the step an earlier run saved.
 //   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
 //            tensors of 1 KiB each.
 //
@@ -154,7 +155,8 @@ class NetMeter {
   std::array<int64_t, 2> start_{};
 };
 
-json Save(const std::string& socket_template, int64_t bytes, int daemons, const std::string& net_interface) {
+json Save(const std::string& socket_template, int64_t bytes, int daemons, const std::string& net_interface,
+          bool restore_only) {
   int rank = 0, trainers = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &trainers);
@@ -231,10 +233,21 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     return seconds;
   };
   const int64_t slab_rows = m.rows / trainers;
-  auto [cold_stall, cold_durable] = save(1, ckptd::Transport::kAuto);  // first touch of segments and pools
-  auto [stall, durable] = save(2, ckptd::Transport::kAuto);
-  save(3, ckptd::Transport::kStream);  // the stream path's first use, like step 1
-  auto [grpc_stall, grpc_durable] = save(4, ckptd::Transport::kStream);
+  json out;
+  if (!restore_only) {
+    const double gb = static_cast<double>(total) / 1e9;
+    auto [cold_stall, cold_durable] = save(1, ckptd::Transport::kAuto);  // first touch of segments and pools
+    auto [stall, durable] = save(2, ckptd::Transport::kAuto);
+    save(3, ckptd::Transport::kStream);  // the stream path's first use, like step 1
+    auto [grpc_stall, grpc_durable] = save(4, ckptd::Transport::kStream);
+    out = {{"stall_s", stall},
+           {"cold_stall_s", cold_stall},
+           {"save_s", durable},
+           {"save_gbps", gb / durable},
+           {"cold_save_gbps", gb / cold_durable},
+           {"grpc_stall_s", grpc_stall},
+           {"grpc_save_gbps", gb / grpc_durable}};
+  }
   // Each restore runs twice: the first also pays for first touch of the client's
   // segment (page faults), which a trainer pays once per process; the second is the
   // steady state and is the one compared with the raw read.
@@ -246,23 +259,16 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   for (char* p : m.slabs) std::free(p);
   for (char* p : targets) std::free(p);
   const double gb = static_cast<double>(total) / 1e9;
-  json out = {{"bytes", total},
+  out.update({{"bytes", total},
               {"trainers", trainers},
               {"daemons", daemons},
-              {"stall_s", stall},
-              {"cold_stall_s", cold_stall},
-              {"save_s", durable},
-              {"save_gbps", gb / durable},
-              {"cold_save_gbps", gb / cold_durable},
-              {"grpc_stall_s", grpc_stall},
-              {"grpc_save_gbps", gb / grpc_durable},
               {"restore_s", restore_s},
               {"cold_restore_gbps", gb / cold_restore_s},
               {"cold_reshard_restore_gbps", 2 * gb / cold_reshard_s},
               {"restore_gbps", gb / restore_s},
               {"reshard_restore_s", reshard_s},
               // Every trainer receives half of every tensor: twice the checkpoint's bytes.
-              {"reshard_restore_gbps", 2 * gb / reshard_s}};
+              {"reshard_restore_gbps", 2 * gb / reshard_s}});
   if (!net_interface.empty()) out["net_per_host"] = net_per_host;
   return out;
 }
@@ -322,6 +328,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemons", daemons, "save: daemons in the job (trainers spread evenly)");
   app.add_option("--counts", counts_text, "metadata: tensor counts");
   app.add_option("--net-interface", net_interface, "save: also count each host's bytes on this interface");
+  bool restore_only = false;
+  app.add_flag("--restore-only", restore_only, "save: only the restores, of the step an earlier run saved");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -335,7 +343,7 @@ int main(int argc, char** argv) {
   if (mode == "raw") {
     out = Raw(dir, bytes, files);
   } else if (mode == "save") {
-    out = Save(socket, bytes, daemons, net_interface);
+    out = Save(socket, bytes, daemons, net_interface, restore_only);
   } else {
     std::vector<int64_t> counts;
     for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));

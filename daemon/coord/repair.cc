@@ -107,7 +107,7 @@ absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& hold
   std::vector<std::string> fetched;
   if (!have_step) {
     RETURN_IF_ERROR(PrepareTempDir(key));
-    for (const char* name : {"ckpt.index", kCheckpointMetaFile}) {
+    for (const std::string& name : {IndexPath("ckpt"), std::string(kCheckpointMetaFile)}) {
       RETURN_IF_ERROR(copier_->CopyStepFile(key, name, *holders.ranks.begin(), /*pending=*/false, fs,
                                             JoinPath(dir, name), deadline));
       fetched.push_back(name);
@@ -141,12 +141,8 @@ absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& hold
     fetched.push_back(name);
   }
   if (fetched.empty()) return absl::OkStatus();
-  if (have_step) {
-    RETURN_IF_ERROR(fs->SyncDir(dir));
-  } else {
-    RETURN_IF_ERROR(fs->SyncDir(dir));
-    RETURN_IF_ERROR(Publish(key));
-  }
+  RETURN_IF_ERROR(fs->SyncDir(dir));
+  if (!have_step) RETURN_IF_ERROR(Publish(key));
   spdlog::warn("run '{}' step {}: repaired on this host from its peers ({})", key.run, key.step,
                absl::StrJoin(fetched, ", "));
   return absl::OkStatus();

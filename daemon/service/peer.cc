@@ -104,6 +104,24 @@ class RemoteFile final : public RandomAccessFile {
   mutable uint64_t size_ = 0;  // set by Open, before the file is shared between threads
 };
 
+// A ReadRange request for file `name` of a step: a data file by its shard, or the
+// index or ckptd.json by name.
+internal::ReadRangeRequest StepFileRequest(const std::string& run, int64_t step, const std::string& name,
+                                           bool pending) {
+  internal::ReadRangeRequest request;
+  request.set_run(run);
+  request.set_step(step);
+  request.set_pending(pending);
+  int shard = 0, num_shards = 0;
+  if (ParseDataFileName(name, &shard, &num_shards)) {
+    request.set_shard(shard);
+    request.set_num_shards(num_shards);
+  } else {
+    request.set_file(name);
+  }
+  return request;
+}
+
 }  // namespace
 
 absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t length,
@@ -200,18 +218,8 @@ absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string
                                            bool pending, FileSystem* fs, const std::string& dest,
                                            absl::Time deadline) {
   ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(from));
-  internal::ReadRangeRequest request;
-  request.set_run(key.run);
-  request.set_step(key.step);
-  request.set_pending(pending);
-  int shard = 0, num_shards = 0;
-  if (ParseDataFileName(name, &shard, &num_shards)) {
-    request.set_shard(shard);
-    request.set_num_shards(num_shards);
-  } else {
-    request.set_file(name);
-  }
-  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(from), deadline);
+  RemoteFile source(stub, StepFileRequest(key.run, key.step, name, pending), directory_->token(),
+                    directory_->Describe(from), deadline);
   RETURN_IF_ERROR(source.Open());
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewDirectWritableFile(dest));
   for (uint64_t offset = 0; offset < source.Size();) {
@@ -240,7 +248,7 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   const bool own = request.shard() == directory_->rank();
   const bool step_file = !request.file().empty();
-  if ((step_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) ||
+  if ((step_file && request.file() != IndexPath("ckpt") && request.file() != kCheckpointMetaFile) ||
       (!step_file &&
        (request.num_shards() < 1 || request.shard() < 0 || request.shard() >= request.num_shards())) ||
       (request.pending() && (step_file || !own)) || request.offset() < 0 || request.length() < 0 ||
@@ -277,13 +285,8 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
   for (int holder : directory_->Holders(shard)) {
     if (holder == directory_->rank()) continue;  // not here: this host lost it
     ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(holder));
-    internal::ReadRangeRequest request;
-    request.set_run(run_);
-    request.set_step(step_);
-    request.set_shard(shard);
-    request.set_num_shards(num_shards);
-    auto file = std::make_unique<RemoteFile>(stub, std::move(request), directory_->token(),
-                                             directory_->Describe(holder), deadline_);
+    auto file = std::make_unique<RemoteFile>(stub, StepFileRequest(run_, step_, path, /*pending=*/false),
+                                             directory_->token(), directory_->Describe(holder), deadline_);
     const absl::Status opened = file->Open();
     if (opened.ok()) {
       if (holder != shard) {

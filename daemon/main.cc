@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -41,7 +42,7 @@ int Fail(const absl::Status& status) {
 
 // What the command line may override in the config file.
 struct Overrides {
-  std::string config_path, root, socket_path, commit_timeout, log_level, storage;
+  std::string config_path, root, socket_path, commit_timeout, log_level, storage, drain_to, drain_bandwidth;
   int keep_last = -1, keep_every = -1, replicas = -1;
 };
 
@@ -60,6 +61,10 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
   if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
   if (flags.replicas >= 0) config.replicas = flags.replicas;
+  if (!flags.drain_to.empty()) config.drain_to = flags.drain_to;
+  if (!flags.drain_bandwidth.empty()) {
+    ASSIGN_OR_RETURN(config.drain_bandwidth, ckptd::ParseByteRate(flags.drain_bandwidth));
+  }
   if (!flags.commit_timeout.empty()) {
     ASSIGN_OR_RETURN(config.commit_timeout, ckptd::ParseDuration(flags.commit_timeout));
   }
@@ -73,6 +78,7 @@ struct HostClaims {
   gid_t checkpoint_group = ckptd::kNoGroup;
   std::unique_ptr<ckptd::ProcessLock> root_lock;
   std::unique_ptr<ckptd::FileSystem> confined;
+  std::unique_ptr<ckptd::FileSystem> drain;  // confined to drain_to; null without a drain
   std::string socket;
   std::unique_ptr<ckptd::ProcessLock> socket_lock;
   std::unique_ptr<ckptd::LocalListener> listener;
@@ -98,6 +104,15 @@ absl::StatusOr<HostClaims> ClaimHost(ckptd::DaemonConfig& config, int rank) {
                                                               : ckptd::kGroupFileMode));
   char resolved_root[PATH_MAX];
   if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
+  if (!config.drain_to.empty()) {
+    // Shared by every host: no lock (each rank copies its own files), same confinement.
+    RETURN_IF_ERROR(ckptd::PreparePrivateDirectory(config.drain_to, claims.checkpoint_group, "drain_to"));
+    ASSIGN_OR_RETURN(claims.drain,
+                     ckptd::ConfinedFileSystem(config.drain_to, claims.checkpoint_group == ckptd::kNoGroup
+                                                                    ? ckptd::kPrivateFileMode
+                                                                    : ckptd::kGroupFileMode));
+    if (::realpath(config.drain_to.c_str(), resolved_root) != nullptr) config.drain_to = resolved_root;
+  }
 
   gid_t socket_group = static_cast<gid_t>(-1);
   if (!config.socket_group.empty()) {
@@ -221,6 +236,10 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", flags.replicas,
                  "local storage: copies of each host's data file on other hosts before a step commits")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--drain-to", flags.drain_to,
+                 "also copy committed steps, in the background, into this directory every host sees");
+  app.add_option("--drain-bandwidth", flags.drain_bandwidth,
+                 "per-host drain rate limit, e.g. 200MB/s (0 = none)");
   app.set_version_flag("--version", ckptd::wire::kVersion);
   CLI11_PARSE(app, argc, argv);
 
@@ -251,6 +270,14 @@ int main(int argc, char** argv) {
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(claims->confined.get(), config.root);
+  const uint32_t dir_mode =
+      claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
+  std::optional<ckptd::CheckpointStore> drain_store;
+  std::optional<ckptd::Drainer> drainer;
+  if (claims->drain != nullptr) {
+    drain_store.emplace(claims->drain.get(), config.drain_to);
+    drainer.emplace(&store, &*drain_store, dir_mode, config.drain_bandwidth);
+  }
   ckptd::PeerTable peers;
   ckptd::PeerDirectory peer_directory;
   ckptd::PeerShardCopier shard_copier(&peer_directory);
@@ -264,7 +291,8 @@ int main(int argc, char** argv) {
                                 "",
                                 config.storage == ckptd::Storage::kLocal,
                                 &peer_directory,
-                                config.commit_timeout};
+                                config.commit_timeout,
+                                drain_store.has_value() ? &*drain_store : nullptr};
   ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
   ckptd::PeerService peer_service(&peer_directory, &store, &registry);
   spdlog::info("device memory: {}", service.DeviceDescription());
@@ -275,9 +303,12 @@ int main(int argc, char** argv) {
        .keep_last = config.keep_last,
        .keep_every_n_steps = config.keep_every_n_steps,
        .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
-       .dir_mode =
-           claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode,
-       .storage = config.storage});
+       .dir_mode = dir_mode,
+       .storage = config.storage,
+       .drain_store = drain_store.has_value() ? &*drain_store : nullptr,
+       .drainer = drainer.has_value() ? &*drainer : nullptr,
+       .drain_every_n_steps = config.drain_every_n_steps,
+       .drain_keep_last = config.drain_keep_last});
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
@@ -301,6 +332,12 @@ int main(int argc, char** argv) {
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
                config.root, std::string(ckptd::StorageName(config.storage)));
+  if (drainer.has_value()) {
+    spdlog::info("drain to {}{}", config.drain_to,
+                 config.drain_bandwidth > 0
+                     ? absl::StrCat(" at up to ", config.drain_bandwidth / 1000000, " MB/s")
+                     : std::string());
+  }
 
   std::atomic<bool> stop{false};
   std::thread signal_thread([&signals, &stop] {

@@ -14,7 +14,9 @@
 #              Open MPI over TCP), one daemon and 2 trainers per host, with storage
 #              shared (one root), local (a root per host, restores read other hosts'
 #              bytes through their daemons) and local with 1 replica (then again after
-#              host 1 lost its data file), and the bytes each host's NIC carried.
+#              host 1 lost its data file), and the bytes each host's NIC carried; then
+#              local storage with drain_to a shared directory: how fast the committed
+#              step reaches the drain in the background (every host copying its share).
 #              Every host's "disk" is a directory on this machine's disk.
 # Prints a table; --json FILE writes one object with every number and ratio.
 # --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
@@ -117,12 +119,13 @@ if [ "$HOSTS" != 0 ]; then
   # replicas: local storage with one copy of each data file on the next host; after
   # its run, host 1 loses its own data file of the measured step and the restores run
   # again (host 1 then reads it from the copy).
-  for MODE in shared local replicas; do
+  for MODE in shared local replicas drain; do
     echo "== $HOSTS hosts, $MODE: 1 daemon and 2 trainers per host" >&2
     ROOT="$H/disk/root-$MODE"  # each host's own directory
     FLAGS=(--storage local)
     [ "$MODE" = shared ] && ROOT="$H/shared/root-$MODE" FLAGS=(--storage shared)
     [ "$MODE" = replicas ] && FLAGS+=(--replicas 1)
+    [ "$MODE" = drain ] && FLAGS+=(--drain-to "$H/shared/drain")
     # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
     "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$WORK/tls/ckptd.yaml" "${FLAGS[@]}" \
       --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
@@ -132,6 +135,15 @@ if [ "$HOSTS" != 0 ]; then
       --socket "$H/disk/ckptd-{rank}.sock" --bytes "$BYTES" --daemons "$HOSTS" --net-interface eth0)
     OUT=$("${TRAINERS[@]}") || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
     MULTI="$MULTI\"$MODE\": $OUT,"
+    if [ "$MODE" = drain ]; then
+      # The drain runs behind the commits: wait for the newest committed step there.
+      LAST=$(ls "$H/host0/root-$MODE/bench" | grep '^step-' | sort | tail -1)
+      for _ in $(seq 6000); do
+        [ -e "$H/shared/drain/bench/$LAST/ckpt.index" ] && break
+        sleep 0.1
+      done
+      [ -e "$H/shared/drain/bench/$LAST/ckpt.index" ] || { echo "bench.sh: $LAST never drained" >&2; exit 1; }
+    fi
     if [ "$MODE" = replicas ]; then
       rm "$H/host1/root-$MODE/bench/step-00000002/$(printf 'ckpt.data-%05d-of-%05d' 1 "$HOSTS")"
       OUT=$("${TRAINERS[@]}" --restore-only) || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
@@ -139,6 +151,10 @@ if [ "$HOSTS" != 0 ]; then
     fi
     stop_daemons
   done
+  # Rank 0 logs each drained step: "... drained to DIR: B bytes copied in S s ...".
+  DRAINED=$(grep -o "step-[0-9]*: [0-9]* bytes copied in [0-9.]* s" "$WORK/daemons-drain.log" | tail -1 |
+    awk '{printf "{\"bytes\": %s, \"seconds\": %s}", $2, $6}')
+  MULTI="$MULTI\"drained\": ${DRAINED:-null},"
   MULTI="${MULTI%,}}"
 fi
 
@@ -205,6 +221,13 @@ if multi:
         print(f"| {what:<30} | {r[key]:11.3f} | {'':16} | {'':16} | {lost[key]:7.3f} {lost[key] / r[key]:5.2f}x   |")
     r["replica_save_overhead"] = multi["local"]["save_gbps"] / multi["replicas"]["save_gbps"]
     print(f"\nsave with 1 replica takes {r['replica_save_overhead']:.2f}x the time of local storage without")
+    drained = multi.get("drained")
+    if drained and drained["seconds"] > 0:
+        r["drain_gbps"] = drained["bytes"] / drained["seconds"] / 1e9
+        r["drain_vs_raw_write"] = r["drain_gbps"] / r["raw_write_gbps"]
+        print(f"drain of the last step to a shared directory, every host copying its share in the background: "
+              f"{drained['bytes'] / 1e9:.2f} GB in {drained['seconds']:.2f} s = {r['drain_gbps']:.3f} GB/s "
+              f"({r['drain_vs_raw_write']:.2f}x raw write)")
     print(f"\nnetwork bytes per host per step (MB; the most any host received / sent on eth0)\n")
     print("| phase                          |      shared received / sent |       local received / sent |  1 replica received / sent  |")
     print("|--------------------------------|-----------------------------|-----------------------------|-----------------------------|")

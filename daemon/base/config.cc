@@ -3,11 +3,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <functional>
+#include <map>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "daemon/base/status.h"
 
 namespace ckptd {
@@ -20,6 +24,25 @@ absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text) {
   absl::Duration d;
   if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) return d;
   return absl::InvalidArgumentError(absl::StrCat("bad duration '", text, "' (want e.g. 30s, 500ms, 2m)"));
+}
+
+absl::StatusOr<int64_t> ParseByteRate(absl::string_view text) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  absl::ConsumeSuffix(&t, "/s");
+  size_t digits = 0;
+  while (digits < t.size() && (absl::ascii_isdigit(t[digits]) || t[digits] == '.')) ++digits;
+  double number = 0;
+  const absl::string_view unit = absl::StripAsciiWhitespace(t.substr(digits));
+  static const std::map<std::string, double, std::less<>> kUnits = {
+      {"", 1},    {"B", 1},    {"K", 1e3},      {"KB", 1e3},        {"M", 1e6},           {"MB", 1e6},
+      {"G", 1e9}, {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  const auto factor = kUnits.find(unit);
+  if (digits == 0 || !absl::SimpleAtod(t.substr(0, digits), &number) || factor == kUnits.end() ||
+      number * factor->second >= 9e18) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad byte rate '", text, "' (want e.g. 200MB/s, 1GiB/s, or 0 for no limit)"));
+  }
+  return static_cast<int64_t>(number * factor->second);
 }
 
 namespace {
@@ -135,6 +158,16 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
   } else if (key == "replicas") {
     config.replicas = value.as<int>();
     if (config.replicas < 0) return Invalid("replicas must be >= 0");
+  } else if (key == "drain_to") {
+    config.drain_to = value.as<std::string>();
+  } else if (key == "drain_bandwidth") {
+    absl::StatusOr<int64_t> rate = ParseByteRate(value.as<std::string>());
+    if (!rate.ok()) return Invalid(absl::StrCat("drain_bandwidth: ", rate.status().message()));
+    config.drain_bandwidth = *rate;
+  } else if (key == "drain_keep_last" || key == "drain_every_n_steps") {
+    int& target = key == "drain_keep_last" ? config.drain_keep_last : config.drain_every_n_steps;
+    target = value.as<int>();
+    if (target < 0) return Invalid(absl::StrCat(key, " must be >= 0"));
   } else if (key == "failure_domains") {
     if (!value.IsMap()) return Invalid("failure_domains must map host names to domain names");
     for (const auto& item : value) {
@@ -181,6 +214,20 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
   }
   if (config.replicas > 0 && config.tcp_address.empty()) {
     return Invalid("replicas: hosts copy data files through each other's daemons; they need tcp.address");
+  }
+  if (!config.drain_to.empty()) {
+    if (absl::StrContains(config.drain_to, "{rank}")) {
+      return Invalid("drain_to: one directory every host shares; {rank} has no place in it");
+    }
+    auto within = [](absl::string_view inner, absl::string_view outer) {
+      absl::ConsumeSuffix(&outer, "/");
+      absl::ConsumeSuffix(&inner, "/");
+      return inner == outer || absl::StartsWith(inner, absl::StrCat(outer, "/"));
+    };
+    if (within(config.drain_to, config.root) || within(config.root, config.drain_to)) {
+      return Invalid(absl::StrCat("drain_to ", config.drain_to, " and root ", config.root,
+                                  " must be separate directories, neither inside the other"));
+    }
   }
   return absl::OkStatus();
 }

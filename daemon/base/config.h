@@ -34,6 +34,13 @@ struct DaemonConfig {
   int replicas = 0;
   // Host name -> failure domain (a rack, a switch); hosts not named are their own.
   std::map<std::string, std::string> failure_domains;
+  // Drain: committed steps are also copied, in the background, into this directory (a
+  // shared or remote-mounted file system every host sees), as complete TF
+  // checkpoints; restore falls back to them. Empty = no drain.
+  std::string drain_to;
+  int64_t drain_bandwidth = 0;  // bytes per second per host; 0 = unthrottled
+  int drain_keep_last = 0;      // the drain's retention: newest N drained steps (0 = all)
+  int drain_every_n_steps = 0;  // drain only steps divisible by N (0 or 1 = every step)
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.
@@ -81,6 +88,9 @@ absl::Status ValidateConfig(const DaemonConfig& config);
 
 // "90s", "500ms", "2m", "1h" or a bare number of seconds.
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
+
+// "200MB/s", "1.5GiB/s", "500M", a bare number of bytes per second, or 0 (no limit).
+absl::StatusOr<int64_t> ParseByteRate(absl::string_view text);
 
 // Substitutes {rank} and {uid} in a socket path or root pattern.
 std::string ExpandPathPattern(absl::string_view pattern, int rank, unsigned uid);

@@ -253,7 +253,13 @@ void Coordinator::Conclude(const Attempt& attempt) {
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
-    if (Publishes()) ApplyRetention(key);
+    if (Publishes()) {
+      ApplyRetention(key);
+      if (absl::Status s = store_->ClearLost(key.run, key.step); !s.ok()) {
+        spdlog::warn("run '{}' step {}: {}", key.run, key.step, std::string(s.message()));
+      }
+    }
+    if (options_.drainer != nullptr && collective_->rank() == 0) drain_runs_.insert(key.run);
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
@@ -309,6 +315,8 @@ void Coordinator::ApplyRetention(const StepKey& key) {
   for (const StepKey& r : restoring_) {
     if (r.run == key.run) protect.insert(r.step);
   }
+  // The step being drained stays until the drain has it.
+  if (drain_seen_.seq() != 0 && drain_seen_.run() == key.run) protect.insert(drain_seen_.step());
   auto removed = store_->ApplyRetention(key.run, options_.keep_last, options_.keep_every_n_steps, protect,
                                         /*dry_run=*/false);
   if (!removed.ok()) {

@@ -45,6 +45,11 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   // that every rank still takes the same path through the protocol.
   collective_->SetExpiryHandler([this](const absl::Status& late) { OnExpiry(late); });
   collective_->SetStopCheck([&stop] { return stop.load(); }, options_.stop_grace);
+  if (options_.drainer != nullptr && collective_->rank() == 0) {
+    // Resumes what a stop or crash left undrained: each run's newest committed step.
+    absl::StatusOr<std::vector<std::string>> runs = store_->ListRuns();
+    if (runs.ok()) drain_runs_.insert(runs->begin(), runs->end());
+  }
   absl::Duration idle_nap = absl::Microseconds(500);
   while (true) {
     bool stopping = false;
@@ -128,6 +133,8 @@ struct Coordinator::RoundTally {
   std::set<StepKey> restoring;
   std::vector<std::string> reports;  // every rank's status report, by rank
   bool stopping = false;
+  internal::DrainOrder drain_order;              // rank 0's
+  std::vector<internal::DrainProgress> drain{};  // every rank's, by rank
 };
 
 internal::RoundState Coordinator::LocalRoundState(bool stop_requested, absl::Time now) {
@@ -138,6 +145,16 @@ internal::RoundState Coordinator::LocalRoundState(bool stop_requested, absl::Tim
     report_time_ = now;
   }
   mine.set_report(report_);
+  if (options_.drainer != nullptr) {
+    *mine.mutable_drain_order() = drain_order_;
+    const Drainer::Progress p = options_.drainer->Poll();
+    internal::DrainProgress* progress = mine.mutable_drain();
+    progress->set_seq(p.seq);
+    progress->set_done(p.done);
+    if (p.done && !p.status.ok()) progress->set_failure(Where(p.status).ToString());
+    progress->set_bytes(p.bytes);
+    progress->set_seconds(p.seconds);
+  }
   for (const auto& [key, since] : first_seen_) {
     if (now - since > options_.commit_timeout) {
       internal::StepRef* e = mine.add_expired();
@@ -161,6 +178,8 @@ absl::StatusOr<Coordinator::RoundTally> Coordinator::Tally(const std::vector<std
     internal::RoundState state;
     if (!state.ParseFromString(bytes)) return absl::InternalError("a rank sent an unparsable round state");
     tally.reports.push_back(state.report());
+    if (tally.reports.size() == 1) tally.drain_order = state.drain_order();
+    tally.drain.push_back(state.drain());
     tally.stopping |= state.stopping();
     for (const auto& p : state.steps()) {
       RoundTally::Entry& t = tally.steps[{p.run(), p.step()}];
@@ -207,7 +226,102 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   }
   ASSIGN_OR_RETURN(const bool steps_worked, DecideSteps(tally, now));
   ASSIGN_OR_RETURN(const bool barriers_worked, DecideBarriers(tally, mine, now));
-  return steps_worked || barriers_worked;
+  const bool drain_worked = DecideDrain(tally);
+  return steps_worked || barriers_worked || drain_worked;
+}
+
+bool Coordinator::DecideDrain(const RoundTally& round) {
+  if (options_.drainer == nullptr) return false;
+  Drainer& drainer = *options_.drainer;
+  bool worked = false;
+  const internal::DrainOrder& order = round.drain_order;
+  drain_seen_ = order;
+  const Drainer::Progress mine = drainer.Poll();
+  if (order.seq() == 0 || mine.seq != order.seq()) {
+    // A copy for an order rank 0 gave up stops; a new order starts once it has.
+    if (mine.running) {
+      drainer.Cancel();
+    } else if (order.seq() != 0) {
+      worked = drainer.Start({.seq = order.seq(),
+                              .run = order.run(),
+                              .step = order.step(),
+                              .id = order.id(),
+                              .rank = collective_->rank(),
+                              .num_ranks = collective_->size()});
+    }
+  }
+  if (collective_->rank() != 0) return worked;
+  if (drain_order_.seq() != 0) {
+    int done = 0;
+    std::string failure;
+    for (const internal::DrainProgress& p : round.drain) {
+      if (p.seq() != drain_order_.seq() || !p.done()) continue;
+      ++done;
+      if (!p.failure().empty() && failure.empty()) failure = p.failure();
+    }
+    if (!failure.empty()) {
+      spdlog::warn("drain of run '{}' step {} to {} failed (a later step will be drained): {}",
+                   drain_order_.run(), drain_order_.step(), options_.drain_store->root(), failure);
+      drain_order_.Clear();
+      worked = true;
+    } else if (done == collective_->size()) {
+      PublishDrain(round.drain);
+      worked = true;
+    }
+  }
+  if (drain_order_.seq() == 0 && !drain_runs_.empty()) NextDrainOrder();
+  return worked;
+}
+
+void Coordinator::NextDrainOrder() {
+  while (drain_order_.seq() == 0 && !drain_runs_.empty()) {
+    const std::string run = *drain_runs_.begin();
+    drain_runs_.erase(drain_runs_.begin());
+    absl::StatusOr<std::optional<int64_t>> step =
+        NextStepToDrain(*store_, *options_.drain_store, run, options_.drain_every_n_steps);
+    absl::StatusOr<std::string> id =
+        step.ok() && step->has_value() ? CommitId(*store_, run, **step) : absl::StatusOr<std::string>("");
+    if (!step.ok() || !id.ok()) {
+      spdlog::warn("drain of run '{}': {}", run,
+                   std::string((step.ok() ? id.status() : step.status()).message()));
+      continue;
+    }
+    if (!step->has_value()) continue;
+    drain_order_.set_seq(++drain_seq_);
+    drain_order_.set_run(run);
+    drain_order_.set_step(**step);
+    drain_order_.set_id(*id);
+    spdlog::debug("drain: ordered run '{}' step {} (commit {})", run, **step, *id);
+  }
+}
+
+void Coordinator::PublishDrain(const std::vector<internal::DrainProgress>& progress) {
+  const internal::DrainOrder order = drain_order_;
+  drain_order_.Clear();
+  std::set<int64_t> protect;
+  for (const StepKey& r : restoring_) {
+    if (r.run == order.run()) protect.insert(r.step);
+  }
+  const DrainJob job{.seq = order.seq(), .run = order.run(), .step = order.step(), .id = order.id()};
+  absl::StatusOr<std::vector<int64_t>> removed =
+      PublishDrained(*options_.drain_store, job, options_.drain_keep_last, protect);
+  if (!removed.ok()) {
+    spdlog::error("drain of run '{}' step {} to {}: {}", order.run(), order.step(),
+                  options_.drain_store->root(), std::string(removed.status().message()));
+    return;
+  }
+  int64_t bytes = 0;
+  double seconds = 0;
+  for (const internal::DrainProgress& p : progress) {
+    bytes += p.bytes();
+    seconds = std::max(seconds, p.seconds());
+  }
+  spdlog::info("run '{}' step {} drained to {}: {} bytes copied in {:.2f} s ({:.0f} MB/s){}", order.run(),
+               order.step(), options_.drain_store->StepDir(order.run(), order.step()), bytes, seconds,
+               seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0.0,
+               removed->empty()
+                   ? ""
+                   : absl::StrCat("; drain retention removed step(s) ", absl::StrJoin(*removed, ",")));
 }
 
 absl::StatusOr<bool> Coordinator::DecideSteps(const RoundTally& round, absl::Time now) {
@@ -353,11 +467,17 @@ absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s)
   return it != failed_here_.end() ? it->second : s;
 }
 absl::Status Coordinator::CheckRoot() {
+  RETURN_IF_ERROR(CheckSharing(*store_, options_.storage, /*drain=*/false));
+  if (options_.drain_store == nullptr) return absl::OkStatus();
+  return CheckSharing(*options_.drain_store, Storage::kShared, /*drain=*/true);
+}
+
+absl::Status Coordinator::CheckSharing(const CheckpointStore& where, Storage expected, bool drain) {
   const absl::Time deadline = absl::Now() + options_.commit_timeout;
   const int rank = collective_->rank();
-  FileSystem* fs = store_->fs();
+  FileSystem* fs = where.fs();
   constexpr char kTokenPrefix[] = ".ckptd-root-check-";
-  auto token_path = [&](int r) { return JoinPath(store_->root(), absl::StrCat(kTokenPrefix, r)); };
+  auto token_path = [&](int r) { return JoinPath(where.root(), absl::StrCat(kTokenPrefix, r)); };
   const std::string token = absl::StrCat(HostName(), ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
   ASSIGN_OR_RETURN(absl::Status agreed,
                    Vote(Where(fs->WriteFileAtomically(token_path(rank), token)), deadline));
@@ -366,7 +486,7 @@ absl::Status Coordinator::CheckRoot() {
   // Which other ranks' tokens this rank sees in its root (a stale file left by an
   // earlier daemon holds another token and does not count).
   std::vector<int> seen;
-  if (absl::StatusOr<std::vector<std::string>> names = fs->ListDir(store_->root()); names.ok()) {
+  if (absl::StatusOr<std::vector<std::string>> names = fs->ListDir(where.root()); names.ok()) {
     for (const std::string& name : *names) {
       int r = -1;
       if (!absl::StartsWith(name, kTokenPrefix) || !absl::SimpleAtoi(name.substr(strlen(kTokenPrefix)), &r) ||
@@ -378,8 +498,8 @@ absl::Status Coordinator::CheckRoot() {
   }
   std::sort(seen.begin(), seen.end());
   absl::Status mine = absl::OkStatus();
-  const std::string where = absl::StrCat("rank ", rank, " on host ", HostName());
-  if (options_.storage == Storage::kShared && seen.size() + 1 != tokens.size()) {
+  const std::string who = absl::StrCat("rank ", rank, " on host ", HostName());
+  if (expected == Storage::kShared && seen.size() + 1 != tokens.size()) {
     // A token begins with its writer's host name, so the message can name both ends.
     std::vector<std::string> unseen;
     for (int r = 0; r < static_cast<int>(tokens.size()); ++r) {
@@ -387,14 +507,20 @@ absl::Status Coordinator::CheckRoot() {
         unseen.push_back(absl::StrCat(r, " (on ", tokens[r].substr(0, tokens[r].find(':')), ")"));
       }
     }
+    mine = absl::FailedPreconditionError(
+        drain ? absl::StrCat(who, " does not see the drain root ", where.root(), " that rank(s) ",
+                             JoinBounded(unseen),
+                             " wrote to: drain_to must be one directory that every host sees (a parallel or "
+                             "network file system mounted at the same path on every host)")
+              : absl::StrCat(
+                    who, " does not see the checkpoint root ", where.root(), " that rank(s) ",
+                    JoinBounded(unseen),
+                    " wrote to: with storage: shared every daemon must use one shared root (a parallel "
+                    "or network file system mounted at the same path on every host); point root at "
+                    "such a directory, or use storage: local for node-local disks"));
+  } else if (expected == Storage::kLocal && !seen.empty()) {
     mine = absl::FailedPreconditionError(absl::StrCat(
-        where, " does not see the checkpoint root ", store_->root(), " that rank(s) ", JoinBounded(unseen),
-        " wrote to: with storage: shared every daemon must use one shared root (a parallel or network file "
-        "system mounted at the same path on every host); point root at such a directory, or use storage: "
-        "local for node-local disks"));
-  } else if (options_.storage == Storage::kLocal && !seen.empty()) {
-    mine = absl::FailedPreconditionError(absl::StrCat(
-        where, " shares its checkpoint root ", store_->root(), " with rank(s) ", JoinBounded(seen),
+        who, " shares its checkpoint root ", where.root(), " with rank(s) ", JoinBounded(seen),
         ": with storage: local every daemon needs a root of its own (put {rank} in root when several "
         "daemons share a machine), or use storage: shared"));
   }

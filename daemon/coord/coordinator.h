@@ -22,6 +22,7 @@
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
 #include "daemon/store/checkpoint_store.h"
+#include "daemon/store/drain.h"
 
 namespace ckptd {
 
@@ -43,6 +44,15 @@ struct CoordinatorOptions {
   // kShared: rank 0 prepares, merges and publishes into the root every rank sees.
   // kLocal: every rank does so in its own root, with rank 0's index sent to all.
   Storage storage = Storage::kShared;
+  // Drain (config drain_to): the drain root and this rank's drainer, both null without
+  // one. Rank 0 orders committed steps drained (those divisible by
+  // drain_every_n_steps, every step when <= 1), newest first, one at a time, and
+  // publishes each once every rank copied its share; drain_keep_last is the drain
+  // root's retention (0 = keep all).
+  const CheckpointStore* drain_store = nullptr;
+  Drainer* drainer = nullptr;
+  int drain_every_n_steps = 0;
+  int drain_keep_last = 0;
 };
 
 class Coordinator {
@@ -63,7 +73,8 @@ class Coordinator {
   // Start-up check of the roots against options.storage: every rank writes a token
   // into its root and looks for the others'. Shared: every rank must see every
   // token (one root). Local: none may see another's (a root of its own). Otherwise
-  // FAILED_PRECONDITION on every rank, naming the rank and host. Call before Run.
+  // FAILED_PRECONDITION on every rank, naming the rank and host. The drain root, when
+  // there is one, must be shared. Call before Run.
   absl::Status CheckRoot();
   // Local storage: a crash between the hosts' publishes can leave a step published on
   // some hosts only, and a host can lose its disk. With replicas, every rank copies
@@ -83,6 +94,8 @@ class Coordinator {
  private:
   struct RoundTally;
   struct StepHolders;
+  // CheckRoot of one root: every rank must see every other's token (kShared) or none.
+  absl::Status CheckSharing(const CheckpointStore& where, Storage expected, bool drain);
   absl::Status ListHeldSteps(internal::StepList* mine);
   // Copies what this rank lacks of a step from the ranks that hold it.
   absl::Status RepairStep(const StepKey& key, const StepHolders& holders, absl::Time deadline);
@@ -95,6 +108,12 @@ class Coordinator {
   internal::RoundState LocalRoundState(bool stop_requested, absl::Time now);
   static absl::StatusOr<RoundTally> Tally(const std::vector<std::string>& all);
   absl::StatusOr<bool> DecideSteps(const RoundTally& round, absl::Time now);
+  // Starts, cancels or (rank 0) publishes drains after rank 0's order in the round.
+  bool DecideDrain(const RoundTally& round);
+  // Rank 0: the next order, for a run whose newest committed step is not drained yet.
+  void NextDrainOrder();
+  // Rank 0: the order is complete on every rank; publishes it into the drain root.
+  void PublishDrain(const std::vector<internal::DrainProgress>& progress);
   absl::StatusOr<bool> DecideBarriers(const RoundTally& round, const internal::RoundState& mine,
                                       absl::Time now);
   absl::Status CommitStep(const StepKey& key, int trainer_count);
@@ -198,7 +217,13 @@ class Coordinator {
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
   std::set<std::string> cleaned_runs_;  // runs whose orphans this rank removed
   std::set<StepKey> restoring_;         // steps being restored on some host
-  std::string report_;                  // cached local_report()
+  // Drain: rank 0's order in flight (seq 0: none), the runs it may still have to
+  // drain, its order counter, and on every rank the order seen in the last round.
+  internal::DrainOrder drain_order_;
+  std::set<std::string> drain_runs_;
+  int64_t drain_seq_ = 0;
+  internal::DrainOrder drain_seen_;
+  std::string report_;  // cached local_report()
   absl::Time report_time_ = absl::InfinitePast();
 };
 

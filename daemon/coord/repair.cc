@@ -79,8 +79,20 @@ absl::Status Coordinator::ReconcileLocalSteps() {
       continue;
     } else {
       std::vector<int> lost;
+      std::vector<std::string> lost_files;
       for (int shard = 0; shard < h.num_shards; ++shard) {
-        if (h.files.count(shard) == 0) lost.push_back(shard);
+        if (h.files.count(shard) > 0) continue;
+        lost.push_back(shard);
+        lost_files.push_back(DataPath("ckpt", shard, h.num_shards));
+      }
+      if (!lost.empty()) {
+        // Every host remembers why, so that a restore of it says so on any of them.
+        const std::string why = absl::StrCat("no host holds the data files of rank(s) ", JoinBounded(lost),
+                                             " (", JoinBounded(lost_files), ") any more");
+        if (absl::Status s = store_->MarkLost(key.run, key.step, why); !s.ok()) {
+          spdlog::error("run '{}' step {}: recording it lost: {}", key.run, key.step,
+                        std::string(s.message()));
+        }
       }
       spdlog::warn(
           "run '{}' step {} is committed on {} of {} hosts (a crash between their publishes, or lost "

@@ -288,42 +288,113 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   if (wants.any_on_device) RETURN_IF_ERROR(device_->Available());
   const std::optional<int64_t> step =
       request.latest() ? std::nullopt : std::optional<int64_t>(request.step());
-  ASSIGN_OR_RETURN(std::vector<int64_t> candidates,
-                   store_->RestoreCandidates(request.run(), step, request.latest() && request.fallback()));
-  // With fallback, a step whose requested bytes fail verification while they are read
-  // is skipped for the next older one; nothing is sent before a step reads cleanly.
   std::string note;
+  ASSIGN_OR_RETURN(std::vector<RestoreSource> candidates,
+                   RestoreSources(request.run(), step, request.latest() && request.fallback(), &note));
+  // With fallback, a step whose requested bytes fail verification while they are read
+  // is skipped for the next older one; nothing is sent before a step reads cleanly. A
+  // step the local copies cannot give whole (lost or unreachable files) is read from
+  // the drain when it holds the step.
   for (size_t i = 0; i < candidates.size(); ++i) {
-    absl::Status s = RestoreStep(request, wants, placement, candidates[i], note, peer, deadline, writer);
-    if (s.ok() || candidates.size() == 1 || !absl::IsDataLoss(s)) return s;
-    absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", candidates[i], ": ", s.message());
+    const RestoreSource& source = candidates[i];
+    absl::Status s = RestoreStep(request, wants, placement, source, note, peer, deadline, writer);
+    if (s.ok()) return s;
+    const bool drained_next =
+        i + 1 < candidates.size() && candidates[i + 1].drained && candidates[i + 1].step == source.step;
+    const bool unreadable_here =
+        absl::IsDataLoss(s) || absl::IsUnavailable(s) || absl::IsFailedPrecondition(s) || absl::IsNotFound(s);
+    if (drained_next && unreadable_here) {
+      absl::StrAppend(&note, note.empty() ? "" : "; ", "step ", source.step, " from the drain (", s.message(),
+                      ")");
+      continue;
+    }
+    if (candidates.size() == 1 || i + 1 == candidates.size() || !absl::IsDataLoss(s)) {
+      return note.empty() ? s : Annotate(s, note);
+    }
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "skipped step ", source.step,
+                    source.drained ? " (drained)" : "", ": ", s.message());
   }
   return absl::DataLossError(
       absl::StrCat("run '", request.run(), "': no committed step verifies (", note, ")"));
 }
 
+absl::StatusOr<std::vector<CkptdService::RestoreSource>> CkptdService::RestoreSources(
+    const std::string& run, std::optional<int64_t> step, bool fallback, std::string* note) const {
+  absl::StatusOr<std::vector<int64_t>> local = store_->RestoreCandidates(run, step, fallback);
+  const CheckpointStore* drain = context_.drain_store;
+  // NOT_FOUND here may still be a drained step, or a lost one (below).
+  if (!local.ok() && !absl::IsNotFound(local.status())) return local.status();
+  std::vector<RestoreSource> sources;
+  for (int64_t s : local.value_or(std::vector<int64_t>())) sources.push_back({.step = s, .store = store_});
+  if (drain != nullptr) {
+    absl::StatusOr<std::vector<int64_t>> drained = drain->RestoreCandidates(run, step, fallback);
+    if (!drained.ok() && !absl::IsNotFound(drained.status())) {
+      spdlog::warn("drain {}: {}", drain->root(), std::string(drained.status().message()));
+    }
+    for (int64_t s : drained.value_or(std::vector<int64_t>())) {
+      sources.push_back({.step = s, .store = drain, .drained = true});
+    }
+  }
+  // Newest first; a step's local copy before its drained one.
+  std::stable_sort(sources.begin(), sources.end(),
+                   [](const RestoreSource& a, const RestoreSource& b) { return a.step > b.step; });
+  // A lost step is DATA_LOSS, never NOT_FOUND, and never quietly an older step.
+  const auto lost = store_->LostSteps(run).value_or(std::vector<std::pair<int64_t, std::string>>());
+  for (auto it = lost.rbegin(); it != lost.rend(); ++it) {
+    const auto& [lost_step, why] = *it;
+    const bool asked = step.has_value() && *step == lost_step;
+    const bool newest = !step.has_value() && (sources.empty() || lost_step > sources.front().step);
+    if (!(asked && sources.empty()) && !newest) continue;
+    const std::string what = absl::StrCat("run '", run, "' step ", lost_step, " was lost: ", why);
+    if (newest && fallback && !sources.empty()) {
+      absl::StrAppend(note, note->empty() ? "" : "; ", "skipped step ", lost_step, ": lost (", why, ")");
+      continue;
+    }
+    return absl::DataLossError(
+        sources.empty()
+            ? what
+            : absl::StrCat(what, "; step ", sources.front().step,
+                           " is the newest that survives: restore it by number or with fallback"));
+  }
+  if (sources.empty()) {
+    return absl::NotFoundError(step.has_value()
+                                   ? absl::StrCat("run '", run, "' has no committed step ", *step)
+                                   : absl::StrCat("run '", run, "' has no committed checkpoint"));
+  }
+  if (!fallback) {
+    // The newest step only, from wherever holds it.
+    const int64_t newest = sources.front().step;
+    std::erase_if(sources, [newest](const RestoreSource& s) { return s.step != newest; });
+  }
+  return sources;
+}
+
 absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
-                                       const Placement& placement, int64_t step, std::string note,
-                                       const std::string& peer, absl::Time deadline,
+                                       const Placement& placement, const RestoreSource& source,
+                                       std::string note, const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
+  const int64_t step = source.step;
   std::optional<PeerFileSystem> peer_fs;
-  FileSystem* fs = StepFileSystem(request.run(), step, deadline, &peer_fs);
+  // A drained step is whole in one directory.
+  FileSystem* fs =
+      source.drained ? source.store->fs() : StepFileSystem(request.run(), step, deadline, &peer_fs);
   const bool through_peers = peer_fs.has_value();
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
-                   BundleReader::Open(fs, CheckpointStore::Prefix(store_->StepDir(request.run(), step)),
+                   BundleReader::Open(fs, CheckpointStore::Prefix(source.store->StepDir(request.run(), step)),
                                       context_.max_index_bytes));
   // Retention leaves a step alone while it is restored.
   const StepRegistry::RestorePin pin(registry_, {request.run(), step});
   absl::StatusOr<RestorePlan> planned = PlanRestore(*reader, wants.tensors, placement);
   // A data file missing here is DATA_LOSS on a shared root, but on local disks it
   // is another host's shard: say so, and do not let fallback skip good steps for it.
-  if (absl::IsDataLoss(planned.status()) && context_.local_storage && !through_peers) {
+  if (absl::IsDataLoss(planned.status()) && context_.local_storage && !through_peers && !source.drained) {
     RETURN_IF_ERROR(CheckShardsHere(*reader, store_->StepDir(request.run(), step)));
   }
   ASSIGN_OR_RETURN(RestorePlan plan, std::move(planned));
-  if (!note.empty()) {
-    absl::StrAppend(&note, "; restored step ", step);
-    spdlog::warn("Restore of run '{}' with fallback: {}", request.run(), note);
+  if (!note.empty() || source.drained) {
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "restored step ", step,
+                    source.drained ? absl::StrCat(" from the drained copy in ", source.store->root()) : "");
+    spdlog::warn("Restore of run '{}': {}", request.run(), note);
   }
   v1::RestoreResponse header_message;
   *header_message.mutable_header() = RestoreHeaderFor(plan, wants, step, note);

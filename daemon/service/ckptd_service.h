@@ -46,6 +46,8 @@ struct ServiceContext {
   // start-up); reads of their shards end within peer_timeout or the call's deadline.
   PeerDirectory* peer_directory = nullptr;
   absl::Duration peer_timeout = absl::Minutes(1);
+  // The drain root (config drain_to), or null: restores fall back to it.
+  const CheckpointStore* drain_store = nullptr;
 };
 
 class CkptdService final
@@ -138,10 +140,24 @@ class CkptdService final
                                              const std::shared_ptr<SharedSegment>& mapped);
   absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer, absl::Time deadline,
                          grpc::ServerWriter<v1::RestoreResponse>* writer);
+  // A step a restore may read, and where: the checkpoint root or the drain.
+  struct RestoreSource {
+    int64_t step = 0;
+    const CheckpointStore* store = nullptr;
+    bool drained = false;
+  };
+  // What DoRestore tries, in order: the step asked for (or the newest, and with
+  // `fallback` every older one), each from the checkpoint root first and then from the
+  // drain. NOT_FOUND when neither holds a committed step; DATA_LOSS naming what is
+  // missing when the step asked for, or without `fallback` the newest step, was lost
+  // (CheckpointStore::MarkLost); with `fallback`, *note says which lost steps it passed.
+  absl::StatusOr<std::vector<RestoreSource>> RestoreSources(const std::string& run,
+                                                            std::optional<int64_t> step, bool fallback,
+                                                            std::string* note) const;
   // One candidate step: plan, read (verifying), then send. DATA_LOSS before anything
   // was sent, so that fallback can try an older step. `note` says what was skipped.
   absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
-                           const Placement& placement, int64_t step, std::string note,
+                           const Placement& placement, const RestoreSource& source, std::string note,
                            const std::string& peer, absl::Time deadline,
                            grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,

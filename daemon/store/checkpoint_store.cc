@@ -90,6 +90,36 @@ absl::StatusOr<std::vector<int64_t>> CheckpointStore::RestoreCandidates(const st
   return steps;
 }
 
+std::string CheckpointStore::LostNote(const std::string& run, int64_t step) const {
+  return JoinPath(RunDir(run), ".lost-" + StepDirName(step));
+}
+
+absl::Status CheckpointStore::MarkLost(const std::string& run, int64_t step, const std::string& why) const {
+  RETURN_IF_ERROR(fs_->CreateDirs(RunDir(run), 0700));
+  return fs_->WriteFileAtomically(LostNote(run, step), why);
+}
+
+absl::Status CheckpointStore::ClearLost(const std::string& run, int64_t step) const {
+  const absl::Status s = fs_->DeleteFile(LostNote(run, step));
+  return absl::IsNotFound(s) ? absl::OkStatus() : s;
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> CheckpointStore::LostSteps(
+    const std::string& run) const {
+  std::vector<std::pair<int64_t, std::string>> lost;
+  absl::StatusOr<std::vector<std::string>> names = fs_->ListDir(RunDir(run));
+  if (absl::IsNotFound(names.status())) return lost;
+  RETURN_IF_ERROR(names.status());
+  for (const std::string& name : *names) {
+    int64_t step = 0;
+    if (!absl::StartsWith(name, ".lost-step-") || !absl::SimpleAtoi(name.substr(11), &step)) continue;
+    ASSIGN_OR_RETURN(std::string why, fs_->ReadFileToString(JoinPath(RunDir(run), name), 1 << 16));
+    lost.emplace_back(step, std::move(why));
+  }
+  std::sort(lost.begin(), lost.end());
+  return lost;
+}
+
 absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run) const {
   std::vector<std::string> removed;
   const std::string dir = RunDir(run);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +53,16 @@ class CheckpointStore {
   // names a step that is not there, whenever a crash stops the take-back.
   absl::Status WriteStateFile(const std::string& run, std::optional<int64_t> leaving = std::nullopt) const;
 
+  // Lost steps: a step taken back because no host holds some of its data files any
+  // more (local storage) leaves a note, <root>/<run>/.lost-step-NNNNNNNN holding why,
+  // so that a restore of it is DATA_LOSS naming what is missing rather than NOT_FOUND
+  // (or, for the newest step, an older step silently). A commit of the same step
+  // number clears it.
+  absl::Status MarkLost(const std::string& run, int64_t step, const std::string& why) const;
+  absl::Status ClearLost(const std::string& run, int64_t step) const;
+  // Lost steps of the run and why, ascending; empty when there are none.
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LostSteps(const std::string& run) const;
+
   // Removes what a crash can leave in a run directory: temp step directories and a
   // half-written state file. Only call when no commit of the run is in flight.
   // Returns the paths removed.
@@ -68,6 +79,7 @@ class CheckpointStore {
  private:
   // Whether step_dir holds an index; errors other than NOT_FOUND are returned.
   absl::StatusOr<bool> HasIndex(const std::string& step_dir) const;
+  std::string LostNote(const std::string& run, int64_t step) const;
 
   FileSystem* fs_;
   std::string root_;

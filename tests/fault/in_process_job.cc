@@ -23,13 +23,21 @@ std::vector<int64_t> ExpectedR(int64_t step) {
 }
 
 InProcessJob::InProcessJob(const std::string& root, const std::vector<FileSystem*>& fs_per_rank,
-                           CoordinatorOptions options)
+                           CoordinatorOptions options, const InProcessDrain* drain)
     : group_(static_cast<int>(fs_per_rank.size())), members_(group_.Members()) {
   for (size_t r = 0; r < fs_per_rank.size(); ++r) {
     auto rank = std::make_unique<Rank>();
     rank->store = std::make_unique<CheckpointStore>(fs_per_rank[r], root);
+    CoordinatorOptions mine = options;
+    if (drain != nullptr) {
+      rank->drain_store = std::make_unique<CheckpointStore>(drain->fs_per_rank[r], drain->root);
+      rank->drainer = std::make_unique<Drainer>(rank->store.get(), rank->drain_store.get(), 0755,
+                                                drain->bytes_per_second);
+      mine.drain_store = rank->drain_store.get();
+      mine.drainer = rank->drainer.get();
+    }
     rank->coordinator =
-        std::make_unique<Coordinator>(members_[r].get(), &rank->registry, rank->store.get(), options);
+        std::make_unique<Coordinator>(members_[r].get(), &rank->registry, rank->store.get(), mine);
     ranks_.push_back(std::move(rank));
   }
   for (auto& rank : ranks_) {

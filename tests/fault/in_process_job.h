@@ -19,21 +19,33 @@
 
 namespace ckptd::testing {
 
+// A drain root for InProcessJob: each rank reaches it through its own FileSystem.
+struct InProcessDrain {
+  std::string root;
+  std::vector<FileSystem*> fs_per_rank;
+  int64_t bytes_per_second = 0;
+};
+
 class InProcessJob {
  public:
   InProcessJob(const std::string& root, const std::vector<FileSystem*>& fs_per_rank,
-               CoordinatorOptions options = {.commit_timeout = absl::Seconds(20), .version = "test"});
+               CoordinatorOptions options = {.commit_timeout = absl::Seconds(20), .version = "test"},
+               const InProcessDrain* drain = nullptr);
   ~InProcessJob();
 
   // One trainer per rank saves the test model for `step` ("w": float rows sharded
   // over ranks, "r": int64 replicated on all) and waits; returns each one's outcome.
   std::vector<absl::Status> Save(const std::string& run, int64_t step);
+  // Rank r's drainer (null without a drain).
+  const Drainer* drainer(int r) const { return ranks_[r]->drainer.get(); }
 
  private:
   struct Rank {
     StagingArea staging;
     StepRegistry registry;
     std::unique_ptr<CheckpointStore> store;
+    std::unique_ptr<CheckpointStore> drain_store;
+    std::unique_ptr<Drainer> drainer;
     std::unique_ptr<Coordinator> coordinator;
     std::thread thread;
   };

@@ -47,6 +47,10 @@ class Cluster {
   int exit_code() const { return exit_code_; }
   // SIGTERM to one daemon (all ranks then stop together); returns mpirun's exit code.
   int Stop();
+  // More daemon flags, from the next Start on (for paths inside dir()).
+  void AddArgs(const std::vector<std::string>& args) {
+    extra_args_.insert(extra_args_.end(), args.begin(), args.end());
+  }
 
   std::string Address(int rank) const { return dir_.Sub("sock/ckptd-" + std::to_string(rank) + ".sock"); }
   // The root as the daemons see it.

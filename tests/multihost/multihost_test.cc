@@ -553,7 +553,7 @@ TEST_P(ReplicaTest, AWipedHostIsRepairedFromItsPeersAtRestartAndEveryRestoreIsBi
       << log;
 }
 
-TEST(ReplicaLossTest, LosingMoreHostsThanReplicasTakesTheStepsBackNamingTheLostRank) {
+TEST(ReplicaLossTest, LosingMoreHostsThanReplicasIsDataLossNamingTheLostRankOnEveryHost) {
   if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
   TempDir tls;
   Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true},
@@ -566,10 +566,25 @@ TEST(ReplicaLossTest, LosingMoreHostsThanReplicasTakesTheStepsBackNamingTheLostR
   ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(2)).ok());
   ASSERT_EQ(StartProblem(cluster), "");
   std::vector<float> all(8 * 3 * 16);
-  auto restored = cluster.Connect(0)->Restore(
-      "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
-  EXPECT_EQ(restored.status().code(), absl::StatusCode::kNotFound) << restored.status();
+  // DATA_LOSS naming what is gone, from any daemon, never NOT_FOUND or wrong bytes.
+  for (int rank = 0; rank < 3; ++rank) {
+    for (const std::optional<int64_t> step : {std::optional<int64_t>(1), std::optional<int64_t>()}) {
+      auto restored = cluster.Connect(rank)->Restore(
+          "mh", step, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+      EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss) << restored.status();
+      EXPECT_NE(restored.status().message().find("run 'mh' step 1 was lost: no host holds the data files of "
+                                                 "rank(s) 1 (ckpt.data-00001-of-00003) any more"),
+                std::string::npos)
+          << restored.status();
+    }
+  }
   EXPECT_FALSE(PosixFileSystem()->Exists(JoinPath(cluster.HostRoot(0), "mh/step-00000001")));
+  // Saving the step again (training resumed from scratch) clears the record.
+  ASSERT_TRUE(SaveStep(cluster, 3, 1).ok());
+  ASSERT_TRUE(
+      cluster.Connect(2)
+          ->Restore("mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}})
+          .ok());
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
   const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
   EXPECT_NE(log.find("run 'mh' step 1 is committed on 1 of 3 hosts"), std::string::npos) << log;
@@ -649,6 +664,70 @@ INSTANTIATE_TEST_SUITE_P(Hosts, ReplicaTest, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat(info.param, "Hosts");
                          });
+
+// Drain: each host copies its own data file of every committed step into one
+// directory all hosts see; a job whose hosts all lost their disks restores from it.
+TEST(DrainHostsTest, EveryHostDrainsItsShareAndAJobThatLostEveryDiskRestoresFromTheDrain) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls, drain;
+  Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls, 2), "--drain-to", drain.Sub("drained")});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, 2, 1).ok());
+  ASSERT_TRUE(SaveStep(cluster, 2, 2).ok());
+  FileSystem* fs = PosixFileSystem();
+  const std::string drained_index = drain.Sub("drained/mh/step-00000002/ckpt.index");
+  // The drain runs in the background: poll for its result.
+  for (const absl::Time end = absl::Now() + absl::Minutes(1);
+       absl::Now() < end && !fs->Exists(drained_index);) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(fs->Exists(drained_index)) << cluster.log();
+  // A complete checkpoint where it lies: offline ckptctl verifies every byte of it.
+  std::string out;
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json ", drain.Sub("drained/mh")), &out), 0)
+      << out;
+  EXPECT_NE(out.find("\"ok\": true"), std::string::npos) << out;
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(
+        fs->ReadFileToString(
+              drain.Sub(absl::StrFormat("drained/mh/step-00000002/ckpt.data-%05d-of-00002", host)), 1 << 20)
+            .value_or("missing"),
+        fs->ReadFileToString(DataFileOf(cluster, host, host, 2), 1 << 20).value_or(""))
+        << "host " << host;
+  }
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+
+  // Every host comes back with an empty disk.
+  for (int host = 0; host < 2; ++host) ASSERT_TRUE(fs->DeleteRecursively(cluster.HostRoot(host)).ok());
+  ASSERT_EQ(StartProblem(cluster), "");
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<float> all(2 * 8 * 16);
+    auto restored = cluster.Connect(rank)->Restore(
+        "mh", std::nullopt, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+    ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
+    EXPECT_EQ(*restored, 2);
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 2))
+          << "rank " << rank << ", trainer " << t;
+    }
+  }
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find(absl::StrCat("restored step 2 from the drained copy in ", drain.Sub("drained"))),
+            std::string::npos)
+      << log;
+}
+
+TEST(DrainHostsTest, ADrainDirectoryThatIsNotSharedIsRefusedAtStartNamingTheHost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  Cluster refused(2, SimulatedHosts{.hosts = 2, .local_storage = true});
+  // Where each host mounts its own disk: every host sees a different directory there.
+  refused.AddArgs({"--drain-to", JoinPath(refused.dir(), "disk/drain")});
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.Start()));
+  const std::string log = PosixFileSystem()->ReadFileToString(refused.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("does not see the drain root"), std::string::npos) << log;
+}
 
 class StorageModeTest : public ::testing::Test {
  protected:

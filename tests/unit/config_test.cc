@@ -42,6 +42,33 @@ TEST(ConfigTest, ReplicasNeedLocalStorageAndTcp) {
   EXPECT_EQ(ParseConfig("failure_domains: [a, b]\n").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ConfigTest, DrainKeysAndTheirChecks) {
+  auto c = ParseConfig(
+      "root: /nvme/ckpt\ndrain_to: /lustre/ckpt\ndrain_bandwidth: 200MB/s\ndrain_keep_last: 3\n"
+      "drain_every_n_steps: 10\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->drain_to, "/lustre/ckpt");
+  EXPECT_EQ(c->drain_bandwidth, 200000000);
+  EXPECT_EQ(c->drain_keep_last, 3);
+  EXPECT_EQ(c->drain_every_n_steps, 10);
+  EXPECT_EQ(*ParseByteRate("1.5GiB/s"), int64_t{1610612736});
+  EXPECT_EQ(*ParseByteRate("500M"), 500000000);
+  EXPECT_EQ(*ParseByteRate("0"), 0);
+  EXPECT_EQ(*ParseByteRate("4096"), 4096);
+  for (const char* bad : {"fast", "-5MB/s", "10 parsecs", "", "1e30"}) {
+    EXPECT_EQ(ParseByteRate(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  auto inside = ParseConfig("root: /ckpt\ndrain_to: /ckpt/drain\n");
+  EXPECT_NE(inside.status().message().find("neither inside the other"), std::string::npos) << inside.status();
+  EXPECT_FALSE(ParseConfig("root: /ckpt/local/\ndrain_to: /ckpt\n").ok());
+  EXPECT_TRUE(ParseConfig("root: /ckpt-local\ndrain_to: /ckpt\n").ok());
+  auto per_rank = ParseConfig("drain_to: /lustre/{rank}\n");
+  EXPECT_NE(per_rank.status().message().find("{rank}"), std::string::npos) << per_rank.status();
+  EXPECT_EQ(ParseConfig("drain_keep_last: -1\n").status().code(), absl::StatusCode::kInvalidArgument);
+  auto rate = ParseConfig("drain_bandwidth: lots\n");
+  EXPECT_NE(rate.status().message().find("drain_bandwidth"), std::string::npos) << rate.status();
+}
+
 TEST(ConfigTest, ParsesKeys) {
   auto c = ParseConfig(
       "socket_path: /run/x/{rank}.sock\nroot: /data\ncommit:\n  timeout: 1500ms\nlog_level: debug\n");

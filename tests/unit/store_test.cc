@@ -54,6 +54,24 @@ TEST(CheckpointStoreTest, RemoveOrphansTakesTempDirsAndHalfWrittenStateOnly) {
   EXPECT_FALSE(store.fs()->Exists(store.TempDir("run", 2)));
 }
 
+TEST(CheckpointStoreTest, ALostStepIsRememberedWithWhyUntilItIsCommittedAgain) {
+  testing::TempDir root;
+  CheckpointStore store(PosixFileSystem(), root.path());
+  FakeStep(store, 1);
+  ASSERT_TRUE(store.MarkLost("run", 3, "no host holds rank 1's data file").ok());
+  ASSERT_TRUE(store.MarkLost("run", 2, "gone").ok());
+  EXPECT_EQ(*store.LostSteps("run"), (std::vector<std::pair<int64_t, std::string>>{
+                                         {2, "gone"}, {3, "no host holds rank 1's data file"}}));
+  // Neither a step, nor a run, nor an orphan.
+  EXPECT_EQ(*store.ListSteps("run"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(*store.ListRuns(), (std::vector<std::string>{"run"}));
+  EXPECT_TRUE(store.RemoveOrphans("run")->empty());
+  ASSERT_TRUE(store.ClearLost("run", 3).ok());
+  ASSERT_TRUE(store.ClearLost("run", 3).ok());  // clearing what is not there is fine
+  EXPECT_EQ(store.LostSteps("run")->size(), 1u);
+  EXPECT_TRUE(store.LostSteps("other")->empty());
+}
+
 }  // namespace
 }  // namespace ckptd
 

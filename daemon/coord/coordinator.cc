@@ -49,6 +49,13 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
     // Resumes what a stop or crash left undrained: each run's newest committed step.
     absl::StatusOr<std::vector<std::string>> runs = store_->ListRuns();
     if (runs.ok()) drain_runs_.insert(runs->begin(), runs->end());
+    // A crash between a drained step's rename and its state file leaves the state
+    // file behind; bring it up to date (temp directories stay: they may resume).
+    for (const std::string& run : options_.drain_store->ListRuns().value_or(std::vector<std::string>())) {
+      if (absl::Status s = options_.drain_store->WriteStateFile(run); !s.ok()) {
+        spdlog::warn("drain {}: run '{}': {}", options_.drain_store->root(), run, std::string(s.message()));
+      }
+    }
   }
   absl::Duration idle_nap = absl::Microseconds(500);
   while (true) {

@@ -166,8 +166,9 @@ TEST(DrainFaultSuite, NothingPartialIsEverVisibleInTheDrainAndDrainingCarriesOn)
       std::vector<int64_t> visible;
       if (spec.crash) {
         faulty.SimulateCrash();
+        // Visible is nothing, or (a crash after the publish's rename was durable) the
+        // whole step, its state file maybe not yet rewritten.
         ASSERT_EQ(CheckVisibleState(drain_root.path(), kRun, kRanks, /*strict=*/false, &visible), "") << what;
-        EXPECT_EQ(visible, std::vector<int64_t>()) << what << ": a step drained through a crash";
         // Restarted daemons resume the drain of step 1.
         const InProcessDrain clean{.root = drain_root.path(),
                                    .fs_per_rank = {PosixFileSystem(), PosixFileSystem()}};

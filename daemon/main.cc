@@ -43,7 +43,7 @@ int Fail(const absl::Status& status) {
 // What the command line may override in the config file.
 struct Overrides {
   std::string config_path, root, socket_path, commit_timeout, log_level, storage, drain_to, drain_bandwidth;
-  int keep_last = -1, keep_every = -1, replicas = -1;
+  int keep_last = -1, keep_every = -1, replicas = -1, memory_steps = -1;
 };
 
 absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Overrides& flags) {
@@ -61,6 +61,7 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
   if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
   if (flags.replicas >= 0) config.replicas = flags.replicas;
+  if (flags.memory_steps >= 0) config.memory_steps = flags.memory_steps;
   if (!flags.drain_to.empty()) config.drain_to = flags.drain_to;
   if (!flags.drain_bandwidth.empty()) {
     ASSIGN_OR_RETURN(config.drain_bandwidth, ckptd::ParseByteRate(flags.drain_bandwidth));
@@ -236,6 +237,9 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", flags.replicas,
                  "local storage: copies of each host's data file on other hosts before a step commits")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--memory-steps", flags.memory_steps,
+                 "keep the data files of the last N committed steps in memory for restores")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-to", flags.drain_to,
                  "also copy committed steps, in the background, into this directory every host sees");
   app.add_option("--drain-bandwidth", flags.drain_bandwidth,
@@ -270,6 +274,12 @@ int main(int argc, char** argv) {
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
   ckptd::CheckpointStore store(claims->confined.get(), config.root);
+  // Restores and peers read the kept steps' data files from memory (memory_steps).
+  ckptd::MemoryTier memory_tier(config.memory_steps);
+  ckptd::MemoryTierFileSystem memory_fs(claims->confined.get(), &memory_tier);
+  ckptd::CheckpointStore read_store(config.memory_steps > 0 ? &memory_fs : claims->confined.get(),
+                                    config.root);
+  if (config.memory_steps > 0) staging.SetReclaimer([&memory_tier] { return memory_tier.EvictOldest(); });
   const uint32_t dir_mode =
       claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
   std::optional<ckptd::CheckpointStore> drain_store;
@@ -293,8 +303,9 @@ int main(int argc, char** argv) {
                                 &peer_directory,
                                 config.commit_timeout,
                                 drain_store.has_value() ? &*drain_store : nullptr};
-  ckptd::CkptdService service(context, &registry, &store, &staging, &peers);
-  ckptd::PeerService peer_service(&peer_directory, &store, &registry);
+  ckptd::CkptdService service(context, &registry, &read_store, &staging, &peers);
+  ckptd::PeerService peer_service(&peer_directory, &read_store, &registry);
+  if (config.memory_steps > 0) service.set_memory_tier(&memory_tier);
   spdlog::info("device memory: {}", service.DeviceDescription());
   ckptd::Coordinator coordinator(
       collective->get(), &registry, &store,
@@ -308,7 +319,9 @@ int main(int argc, char** argv) {
        .drain_store = drain_store.has_value() ? &*drain_store : nullptr,
        .drainer = drainer.has_value() ? &*drainer : nullptr,
        .drain_every_n_steps = config.drain_every_n_steps,
-       .drain_keep_last = config.drain_keep_last});
+       .drain_keep_last = config.drain_keep_last,
+       .memory_tier = config.memory_steps > 0 ? &memory_tier : nullptr,
+       .staging = &staging});
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);

@@ -8,6 +8,7 @@
 #              concurrent files (fio when installed, else ckptd-bench's own), memcpy
 #   ckptd      trainer stall (longest Save call), save-to-durable, restore, resharded
 #              restore, and the gRPC-stream save beside the shared-memory one
+#   memory     the same save and restores with memory_steps 4: restores from daemon memory
 #   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore
 #   hosts      with --hosts N (root): the same save and restores again on N simulated
 #              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
@@ -95,9 +96,20 @@ if [ "$METADATA" = 1 ]; then
   META=$("$BIN/ckptd-bench" metadata --socket "$SOCK") || { cat "$WORK/daemons.log" >&2; exit 1; }
 fi
 
+# The memory tier: the same run with memory_steps 4 (it saves steps 1-4 and restores
+# step 2), so the same-cut restores read each daemon's own data file from memory.
+echo "== memory tier: 2 daemons with memory_steps 4, 4 trainers" >&2
+stop_daemons
+"${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root-memory" --socket "$SOCK" --commit-timeout 600s \
+  --memory-steps 4 > "$WORK/daemons-memory.log" 2>&1 &
+MPIRUN_PID=$!
+MEMORY=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
+  cat "$WORK/daemons-memory.log" >&2; exit 1; }
+stop_daemons
+rm -rf "$WORK/root-memory"
+
 MULTI="{}"
 if [ "$HOSTS" != 0 ]; then
-  stop_daemons
   H="$WORK/hosts"
   CKPTD_HOSTS_OWNER=$$ bash tests/multihost/hosts.sh up "$HOSTS" "$H"
   # Local storage restores through peer daemons over TCP, which is mutual TLS only.
@@ -158,11 +170,12 @@ if [ "$HOSTS" != 0 ]; then
   MULTI="${MULTI%,}}"
 fi
 
-/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" <<'EOF'
+/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" <<'EOF'
 import json, sys
 base, ckptd, meta = (json.loads(a) for a in sys.argv[1:4])
 tool, out_path = sys.argv[4], sys.argv[5]
 multi, hosts = json.loads(sys.argv[6]), int(sys.argv[7])
+memory = json.loads(sys.argv[8])
 r = dict(base, **ckptd)
 gb = r["bytes"] / 1e9
 r["memcpy_s"] = gb / r["memcpy_gbps"]
@@ -195,6 +208,10 @@ row("restore (same cut)", r["restore_gbps"], "GB/s", "raw read", r["restore_vs_r
 row("restore (first, cold segment)", r["cold_restore_gbps"], "GB/s", "raw read", r["cold_restore_gbps"] / r["raw_read_gbps"])
 row("resharded restore (row halves)", r["reshard_restore_gbps"], "GB/s", "raw read", r["reshard_restore_vs_raw_read"], ">= 0.75x")
 row("resharded (first, cold segment)", r["cold_reshard_restore_gbps"], "GB/s", "raw read", r["cold_reshard_restore_gbps"] / r["raw_read_gbps"])
+r["memory_tier_restore_gbps"] = memory["restore_gbps"]
+r["memory_tier_restore_vs_memcpy"] = memory["restore_gbps"] / r["memcpy_gbps"]
+row("restore from memory (memory_steps)", memory["restore_gbps"], "GB/s", "memcpy", r["memory_tier_restore_vs_memcpy"])
+row("  the same restore from disk", r["restore_gbps"], "GB/s", "memory tier", r["restore_gbps"] / memory["restore_gbps"])
 for m in meta:
     row(f"{m['tensors']:,} x 1 KiB: save+commit+restore", m["total_s"], "s",
         f"save {m['save_s']:.2f} commit {m['commit_s']:.2f} restore {m['restore_s']:.2f}")

@@ -31,7 +31,12 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
     }
     runs.push_back(j);
   }
+  json kept = json::array();
+  for (const auto& k : s.memory_steps())
+    kept.push_back({{"run", k.run()}, {"step", k.step()}, {"bytes", k.bytes()}});
   return {{"rank", s.rank()},
+          {"memory_steps_limit", s.memory_steps_limit()},
+          {"memory_steps", kept},
           {"pid", s.pid()},
           {"version", s.version()},
           {"root", s.root()},
@@ -146,6 +151,15 @@ int Status(const DaemonFlags& flags, bool as_json) {
                 HumanBytes(r.bytes_written()).c_str(),
                 pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
                 commits.empty() ? "-" : absl::StrJoin(commits, "; ").c_str());
+  }
+  for (const auto& r : ranks) {
+    if (r.memory_steps_limit() == 0) continue;
+    std::vector<std::string> kept;
+    for (const auto& k : r.memory_steps()) {
+      kept.push_back(absl::StrCat(k.run(), ":", k.step(), " (", HumanBytes(k.bytes()), ")"));
+    }
+    std::printf("rank %d keeps in memory (memory_steps %d): %s\n", r.rank(), r.memory_steps_limit(),
+                kept.empty() ? "nothing yet" : absl::StrJoin(kept, ", ").c_str());
   }
   return kOk;
 }

@@ -164,8 +164,10 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
     absl::StatusOr<int64_t> rate = ParseByteRate(value.as<std::string>());
     if (!rate.ok()) return Invalid(absl::StrCat("drain_bandwidth: ", rate.status().message()));
     config.drain_bandwidth = *rate;
-  } else if (key == "drain_keep_last" || key == "drain_every_n_steps") {
-    int& target = key == "drain_keep_last" ? config.drain_keep_last : config.drain_every_n_steps;
+  } else if (key == "drain_keep_last" || key == "drain_every_n_steps" || key == "memory_steps") {
+    int& target = key == "drain_keep_last"       ? config.drain_keep_last
+                  : key == "drain_every_n_steps" ? config.drain_every_n_steps
+                                                 : config.memory_steps;
     target = value.as<int>();
     if (target < 0) return Invalid(absl::StrCat(key, " must be >= 0"));
   } else if (key == "failure_domains") {

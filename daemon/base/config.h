@@ -41,6 +41,10 @@ struct DaemonConfig {
   int64_t drain_bandwidth = 0;  // bytes per second per host; 0 = unthrottled
   int drain_keep_last = 0;      // the drain's retention: newest N drained steps (0 = all)
   int drain_every_n_steps = 0;  // drain only steps divisible by N (0 or 1 = every step)
+  // Keep this daemon's data files of the last N committed steps in staging memory, so
+  // that restores after a trainer restart read memory, not disk (0 = none). Kept steps
+  // give way to new saves when staging memory runs short.
+  int memory_steps = 0;
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -172,7 +173,8 @@ absl::Status Coordinator::PrepareTempDir(const StepKey& key) {
 }
 
 absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
-  *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes);
+  *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes,
+                          &attempt.kept);
   attempt.payloads.clear();  // staged memory goes back as soon as the bytes are on disk
   return absl::OkStatus();
 }
@@ -240,7 +242,7 @@ absl::Status Coordinator::ConfirmPhase(Attempt& attempt, absl::Status* mine) {
   return absl::OkStatus();
 }
 
-void Coordinator::Conclude(const Attempt& attempt) {
+void Coordinator::Conclude(Attempt& attempt) {
   const StepKey& key = attempt.key;
   const absl::Status& agreed = attempt.agreed;
   failed_here_.erase(key);
@@ -253,6 +255,12 @@ void Coordinator::Conclude(const Attempt& attempt) {
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
+    if (options_.memory_tier != nullptr && !attempt.kept.empty()) {
+      options_.memory_tier->Keep(key,
+                                 DataPath(CheckpointStore::Prefix(store_->StepDir(key.run, key.step)),
+                                          collective_->rank(), collective_->size()),
+                                 static_cast<uint64_t>(attempt.bytes), std::move(attempt.kept));
+    }
     if (Publishes()) {
       ApplyRetention(key);
       if (absl::Status s = store_->ClearLost(key.run, key.step); !s.ok()) {
@@ -323,12 +331,15 @@ void Coordinator::ApplyRetention(const StepKey& key) {
     spdlog::warn("run '{}': retention: {}", key.run, std::string(removed.status().message()));
   } else if (!removed->empty()) {
     spdlog::info("run '{}': retention removed step(s) {}", key.run, absl::StrJoin(*removed, ","));
+    for (int64_t step : *removed) {
+      if (options_.memory_tier != nullptr) options_.memory_tier->Forget({key.run, step});
+    }
   }
 }
 
 absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                           std::vector<TrainerPayload>& payloads, std::string* entries_out,
-                                          int64_t* bytes_out) {
+                                          int64_t* bytes_out, std::vector<MemoryTier::Piece>* kept) {
   const absl::Time started = absl::Now();
   const int rank = collective_->rank();
   // What this rank writes, in plan order; every other staged box (written by another
@@ -358,7 +369,9 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
       pieces.push_back({.dtype = t.dtype,
                         .elements = b.box.NumElements(),
                         .bytes = absl::string_view(s->bytes.data(), static_cast<size_t>(s->bytes.size())),
-                        .done = [s] { s->bytes = StagedBuffer(); }});
+                        .done = [s, keep = options_.memory_tier != nullptr] {
+                          if (!keep) s->bytes = StagedBuffer();
+                        }});
       used.insert(s);
     }
   }
@@ -376,6 +389,26 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
                                           collective_->size()),
                                  pieces, options_.checksum_threads, &file_bytes));
 
+  if (options_.memory_tier != nullptr && options_.staging != nullptr) {
+    // Bytes in a trainer's shared memory are copied: the trainer reuses its segment
+    // once the step commits. A copy that finds no room in staging memory leaves the
+    // step out of the tier (saves always come first).
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      StagedBuffer& bytes = jobs[i].staged->bytes;
+      if (bytes.borrowed()) {
+        absl::StatusOr<StagedBuffer> copy = options_.staging->Allocate(bytes.size());
+        if (!copy.ok()) {
+          spdlog::debug("run '{}' step {} not kept in memory: {}", key.run, key.step,
+                        std::string(copy.status().message()));
+          kept->clear();
+          break;
+        }
+        std::memcpy(copy->data(), bytes.data(), static_cast<size_t>(bytes.size()));
+        bytes = *std::move(copy);
+      }
+      kept->push_back({.offset = static_cast<uint64_t>(written[i].offset), .bytes = std::move(bytes)});
+    }
+  }
   internal::WrittenEntries entries;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];

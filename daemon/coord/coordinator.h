@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/base/config.h"
 #include "daemon/coord/collective.h"
+#include "daemon/coord/memory_tier.h"
 #include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
@@ -53,6 +54,10 @@ struct CoordinatorOptions {
   Drainer* drainer = nullptr;
   int drain_every_n_steps = 0;
   int drain_keep_last = 0;
+  // memory_steps: where this rank keeps its data files of the last committed steps
+  // (null: none), and the staging area that copies of shared-memory bytes come from.
+  MemoryTier* memory_tier = nullptr;
+  StagingArea* staging = nullptr;
 };
 
 class Coordinator {
@@ -121,9 +126,11 @@ class Coordinator {
   absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);
   // Writes this rank's boxes into its data file and syncs it; each box's staged
   // memory is freed as soon as it is written and checksummed.
+  // With a memory tier, the written boxes' buffers go to *kept instead (copied out of
+  // trainers' shared memory, which they reuse once the step commits).
   absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                std::vector<TrainerPayload>& payloads, std::string* entries_out,
-                               int64_t* bytes_out);
+                               int64_t* bytes_out, std::vector<MemoryTier::Piece>* kept);
   absl::Status Publish(const StepKey& key);
   // After rank 0 published: this rank sees the step directory, the index and its own
   // data file at the size it wrote.
@@ -176,10 +183,11 @@ class Coordinator {
     absl::Time deadline{};
     std::vector<TrainerPayload> payloads{};  // staged here; freed once written
     SavePlan plan{};
-    std::string entries{};        // this rank's written entries (internal::WrittenEntries)
-    int64_t bytes = 0;            // this rank's data file size
-    bool published_here = false;  // this rank renamed its temp directory into place
-    absl::Status agreed{};        // the last vote
+    std::string entries{};                  // this rank's written entries (internal::WrittenEntries)
+    int64_t bytes = 0;                      // this rank's data file size
+    bool published_here = false;            // this rank renamed its temp directory into place
+    std::vector<MemoryTier::Piece> kept{};  // for the memory tier, once committed
+    absl::Status agreed{};                  // the last vote
   };
   // Phases: a non-OK return means a collective failed (the job must be aborted);
   // *mine is this rank's own outcome, which the vote that follows combines.
@@ -203,7 +211,7 @@ class Coordinator {
   // Writes them into the step's temp directory, durably.
   absl::Status WriteStepFiles(const StepKey& key, const internal::StepFiles& files);
   // Cleans up, logs, and tells the trainers the attempt's outcome.
-  void Conclude(const Attempt& attempt);
+  void Conclude(Attempt& attempt);
 
   Collective* collective_;
   StepRegistry* registry_;

@@ -686,6 +686,15 @@ v1::StatusResponse CkptdService::LocalStatus() const {
   response->set_host_to_device_bytes(device.to_device_bytes);
   response->set_host_to_device_seconds(device.to_device_seconds);
   response->set_device_memory(device_->Describe());
+  if (memory_tier_ != nullptr) {
+    response->set_memory_steps_limit(memory_tier_->max_steps());
+    for (const MemoryTier::Held& held : memory_tier_->Steps()) {
+      v1::KeptStep* kept = response->add_memory_steps();
+      kept->set_run(held.key.run);
+      kept->set_step(held.key.step);
+      kept->set_bytes(held.bytes);
+    }
+  }
   const std::map<std::string, StepRegistry::CommitTiming> timings = registry_->LastCommitTimings();
   for (v1::RunStatus& rs : *response->mutable_runs()) {
     auto it = timings.find(rs.run());

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ckptd/v1/ckptd.grpc.pb.h"
+#include "daemon/coord/memory_tier.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
@@ -66,6 +67,8 @@ class CkptdService final
   std::string DeviceDescription() const { return device_->Describe(); }
 
   void set_tcp_address(const std::string& address) { context_.tcp_address = address; }
+  // memory_steps: reported by Status. Set before serving.
+  void set_memory_tier(const MemoryTier* tier) { memory_tier_ = tier; }
 
   // This daemon's own status, without the other ranks'. Thread-safe.
   v1::StatusResponse LocalStatus() const;
@@ -172,6 +175,7 @@ class CkptdService final
   const PeerTable* peers_;
   std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
+  const MemoryTier* memory_tier_ = nullptr;
 };
 
 }  // namespace ckptd

@@ -55,6 +55,14 @@ absl::Status StagingArea::Reserve(int64_t size, absl::Time deadline) {
     return absl::ResourceExhaustedError(
         absl::StrCat(size, " bytes can never fit in staging.memory_limit (", limit_, " bytes)"));
   }
+  // Kept memory (the memory tier) gives way to new saves before anyone waits.
+  while (reclaim_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (bytes_staged_ + size <= limit_) break;
+    }
+    if (!reclaim_()) break;
+  }
   absl::MutexLock lock(&mu_);
   // absl::Mutex re-checks the condition whenever the lock is released (Release frees
   // staging memory under it), so no explicit notification is needed.

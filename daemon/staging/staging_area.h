@@ -15,6 +15,7 @@
 #define CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,6 +103,10 @@ class StagingArea {
   int64_t peak_bytes_staged() const;
   int64_t pooled_bytes() const;  // freed buffers kept for reuse
   int64_t limit() const { return limit_; }
+  // Called, outside any lock, when an allocation does not fit under the limit: it
+  // frees what it can (the memory tier's oldest step) and returns whether it freed
+  // anything. Set once, before the area is shared between threads.
+  void SetReclaimer(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
 
  private:
   friend class StagedBuffer;
@@ -109,6 +114,7 @@ class StagingArea {
   void Release(int64_t size, AlignedBytes pooled, int64_t capacity) ABSL_LOCKS_EXCLUDED(mu_);
 
   const int64_t limit_;
+  std::function<bool()> reclaim_;
   mutable absl::Mutex mu_;
   int64_t bytes_staged_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -67,8 +67,10 @@ absl::Status Coordinator::ReconcileLocalSteps() {
   // Every rank walks the same steps in the same order and decides the same way: the
   // votes below line up.
   for (const auto& [key, h] : held) {
-    bool repairable = copier_ != nullptr && h.num_shards == ranks;
-    for (int shard = 0; repairable && shard < ranks; ++shard) repairable = h.files.count(shard) > 0;
+    // Every data file survives somewhere; the job may run on more or fewer hosts than
+    // the one that saved the step.
+    bool repairable = copier_ != nullptr && h.num_shards > 0;
+    for (int shard = 0; repairable && shard < h.num_shards; ++shard) repairable = h.files.count(shard) > 0;
     if (repairable) {
       const absl::Status repaired = RepairStep(key, h, deadline);
       ASSIGN_OR_RETURN(absl::Status outcome, Vote(Where(repaired), deadline));
@@ -110,7 +112,7 @@ absl::Status Coordinator::ReconcileLocalSteps() {
 }
 
 absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& holders, absl::Time deadline) {
-  const int rank = collective_->rank(), ranks = collective_->size();
+  const int rank = collective_->rank();
   FileSystem* fs = store_->fs();
   const bool have_step = holders.ranks.count(rank) > 0;
   // A step this host lacks is rebuilt in its temp directory and published like a
@@ -125,17 +127,26 @@ absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& hold
       fetched.push_back(name);
     }
   }
-  // The data files this rank keeps: its own, and those ckptd.json says it keeps copies of.
+  // The data files this host keeps: its own, and those ckptd.json says it keeps copies
+  // of, found by host name (the saving job's ranks may have run elsewhere); a host
+  // that was not part of the saving job keeps none and reads them through its peers.
   ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(JoinPath(dir, kCheckpointMetaFile), 1 << 30));
   ASSIGN_OR_RETURN(CheckpointMeta meta, CheckpointMeta::FromJson(text));
-  std::set<int> wanted = {rank};
-  for (const CheckpointMeta::Host& host : meta.hosts) {
-    for (int copy : host.copies) {
-      if (copy == rank) wanted.insert(host.rank);
+  std::map<int, std::string> host_of;
+  for (const CheckpointMeta::Host& h : meta.hosts) host_of[h.rank] = h.host;
+  auto is_here = [&](int saving_rank) {
+    const std::string& host = host_of[saving_rank];
+    return host.empty() ? saving_rank == rank : host == HostName();
+  };
+  std::set<int> wanted;
+  for (const CheckpointMeta::Host& h : meta.hosts) {
+    if (is_here(h.rank)) wanted.insert(h.rank);
+    for (int copy : h.copies) {
+      if (is_here(copy)) wanted.insert(h.rank);
     }
   }
   for (int shard : wanted) {
-    const std::string name = DataPath("ckpt", shard, ranks);
+    const std::string name = DataPath("ckpt", shard, holders.num_shards);
     const std::string path = JoinPath(dir, name);
     if (fs->Exists(path)) continue;
     const std::string landing = have_step ? absl::StrCat(path, ".repair") : path;

@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
@@ -214,6 +216,14 @@ std::vector<int> PeerDirectory::Holders(int shard) const {
   return holders;
 }
 
+std::optional<int> PeerDirectory::RankOfHost(const std::string& host) const {
+  absl::MutexLock lock(&mu_);
+  for (size_t r = 0; r < hosts_.size(); ++r) {
+    if (hosts_[r] == host) return static_cast<int>(r);
+  }
+  return std::nullopt;
+}
+
 absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string& name, int from,
                                            bool pending, FileSystem* fs, const std::string& dest,
                                            absl::Time deadline) {
@@ -282,7 +292,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
   // The rank that wrote the file first, then the ranks that keep copies of it.
   absl::Status first_failure = local.status();
   bool tried_remote = false;
-  for (int holder : directory_->Holders(shard)) {
+  for (int holder : HoldersOf(shard, DirName(path))) {
     if (holder == directory_->rank()) continue;  // not here: this host lost it
     ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(holder));
     auto file = std::make_unique<RemoteFile>(stub, StepFileRequest(run_, step_, path, /*pending=*/false),
@@ -299,6 +309,33 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
     tried_remote = true;
   }
   return first_failure;
+}
+
+std::vector<int> PeerFileSystem::HoldersOf(int shard, const std::string& step_dir) {
+  absl::MutexLock lock(&mu_);
+  if (!meta_.has_value()) {
+    absl::StatusOr<std::string> text =
+        target()->ReadFileToString(JoinPath(step_dir, kCheckpointMetaFile), int64_t{1} << 30);
+    absl::StatusOr<CheckpointMeta> meta = text.ok() ? CheckpointMeta::FromJson(*text) : text.status();
+    meta_ = meta.ok() ? *std::move(meta) : CheckpointMeta{};
+  }
+  std::map<int, std::string> host_of;  // saving rank -> its host
+  for (const CheckpointMeta::Host& h : meta_->hosts) host_of[h.rank] = h.host;
+  std::vector<int> holders;
+  auto add = [&](int saving_rank) {
+    auto it = host_of.find(saving_rank);
+    if (it == host_of.end() || it->second.empty()) return;
+    std::optional<int> now = directory_->RankOfHost(it->second);
+    if (now.has_value() && std::find(holders.begin(), holders.end(), *now) == holders.end()) {
+      holders.push_back(*now);
+    }
+  };
+  add(shard);
+  for (const CheckpointMeta::Host& h : meta_->hosts) {
+    if (h.rank != shard) continue;
+    for (int copy : h.copies) add(copy);
+  }
+  return holders.empty() ? directory_->Holders(shard) : holders;
 }
 
 }  // namespace ckptd

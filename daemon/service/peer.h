@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ckptd/internal/peer.grpc.pb.h"
+#include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
@@ -74,6 +76,8 @@ class PeerDirectory {
   void SetCopies(std::vector<std::vector<int>> copies);
   // Where rank `shard`'s data file is kept: that rank first, then its copies.
   std::vector<int> Holders(int shard) const;
+  // The rank running on `host` in this job, if any.
+  std::optional<int> RankOfHost(const std::string& host) const;
   const std::string& token() const;
 
  private:
@@ -131,10 +135,18 @@ class PeerFileSystem final : public FileSystemWrapper {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
 
  private:
+  // The ranks of this job that hold rank `shard`'s data file of the step: found by
+  // host name from the step's ckptd.json (the writer's host, then its copies' hosts),
+  // so that a job on more, fewer or re-ranked hosts still finds them; the directory's
+  // ranks when ckptd.json does not say.
+  std::vector<int> HoldersOf(int shard, const std::string& step_dir);
+
   PeerDirectory* directory_;
   std::string run_;
   int64_t step_;
   absl::Time deadline_;
+  absl::Mutex mu_;
+  std::optional<CheckpointMeta> meta_ ABSL_GUARDED_BY(mu_);  // read once per restore
 };
 
 }  // namespace ckptd

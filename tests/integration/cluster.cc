@@ -41,6 +41,16 @@ Cluster::~Cluster() {
   }
 }
 
+void Cluster::Resize(int hosts) {
+  if (hosts_up_) {
+    std::string ignored;
+    RunCommand(absl::StrCat("bash ", HostsScript(), " down ", dir_.path()), &ignored);
+    hosts_up_ = false;
+  }
+  hosts_->hosts = hosts;
+  ranks_ = hosts;
+}
+
 std::string Cluster::HostRoot(int host) const {
   if (!hosts_.has_value() || !hosts_->root_on_host_disks.value_or(hosts_->local_storage)) return root();
   return dir_.Sub(absl::StrCat("host", host, "/root"));

@@ -47,6 +47,10 @@ class Cluster {
   int exit_code() const { return exit_code_; }
   // SIGTERM to one daemon (all ranks then stop together); returns mpirun's exit code.
   int Stop();
+  // Simulated hosts, while the job is stopped: the next Start runs one daemon on each
+  // of host0..host(hosts-1), with the same disks (a host beyond the old count gets its
+  // disk back if it had one: wipe HostRoot first for a fresh host).
+  void Resize(int hosts);
   // More daemon flags, from the next Start on (for paths inside dir()).
   void AddArgs(const std::vector<std::string>& args) {
     extra_args_.insert(extra_args_.end(), args.begin(), args.end());

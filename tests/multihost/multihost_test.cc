@@ -553,14 +553,19 @@ TEST_P(ReplicaTest, AWipedHostIsRepairedFromItsPeersAtRestartAndEveryRestoreIsBi
       << log;
 }
 
+// Starts the job, commits step 1 on every host and stops: "" or what went wrong.
+std::string SaveStepOneAndStop(Cluster& cluster) {
+  if (std::string problem = StartProblem(cluster); !problem.empty()) return problem;
+  if (absl::Status s = SaveStep(cluster, cluster.hosts(), 1); !s.ok()) return s.ToString();
+  return cluster.Stop() == 0 ? "" : absl::StrCat("the job did not stop cleanly; see ", cluster.log());
+}
+
 TEST(ReplicaLossTest, LosingMoreHostsThanReplicasIsDataLossNamingTheLostRankOnEveryHost) {
   if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
   TempDir tls;
   Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true},
                   {"--config", WriteTlsConfig(tls, 3), "--replicas", "1"});
-  ASSERT_EQ(StartProblem(cluster), "");
-  ASSERT_TRUE(SaveStep(cluster, 3, 1).ok());
-  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  ASSERT_EQ(SaveStepOneAndStop(cluster), "");
   // Rank 1's data file lived on hosts 1 and 2 only.
   ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(1)).ok());
   ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(2)).ok());
@@ -645,6 +650,51 @@ TEST_P(ReplicaTest, AFailedCopyFailsTheStepOnEveryHostAndPublishesNothing) {
             0)
       << out;
   EXPECT_EQ(out, "") << "host 1 kept files";
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+// Replicas across a change of host count: a step saved on 3 hosts restores on 2 of
+// them (the third host's data file read from its copy), and with a fresh third host
+// added back, every step restores on all 3 (the new host gets each step's index and
+// the files ckptd.json says it keeps, and reads the rest through its peers).
+TEST(ReplicaResizeTest, StepsRestoreBitExactOnFewerAndThenOnMoreHosts) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls;
+  Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true},
+                  {"--config", WriteTlsConfig(tls, 3), "--replicas", "1"});
+  ASSERT_EQ(SaveStepOneAndStop(cluster), "");
+  auto restores_everywhere = [&](int hosts, int64_t step, int saving_trainers) {
+    for (int rank = 0; rank < hosts; ++rank) {
+      std::vector<float> all(static_cast<size_t>(8 * saving_trainers * 16));
+      auto restored = cluster.Connect(rank)->Restore(
+          "mh", step, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+      ASSERT_TRUE(restored.ok()) << hosts << " hosts, rank " << rank << ", step " << step << ": "
+                                 << restored.status();
+      for (int t = 0; t < saving_trainers; ++t) {
+        EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, step))
+            << hosts << " hosts, rank " << rank << ", step " << step << ", trainer " << t;
+      }
+    }
+  };
+
+  // Host 2 is gone for good.
+  cluster.Resize(2);
+  ASSERT_EQ(StartProblem(cluster), "");
+  restores_everywhere(2, 1, 3);
+  ASSERT_TRUE(SaveStep(cluster, 2, 2).ok());
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+
+  // A fresh host joins as host 2.
+  ASSERT_TRUE(PosixFileSystem()->DeleteRecursively(cluster.HostRoot(2)).ok());
+  cluster.Resize(3);
+  ASSERT_EQ(StartProblem(cluster), "");
+  restores_everywhere(3, 1, 3);
+  restores_everywhere(3, 2, 2);
+  // Host 2 keeps what ckptd.json gives it of step 1 (its own file, from the copy on
+  // host 0, and its copy of rank 1's); of step 2, saved without it, the index only.
+  EXPECT_TRUE(PosixFileSystem()->Exists(DataFileOf(cluster, 2, 2, 1)));
+  EXPECT_TRUE(PosixFileSystem()->Exists(DataFileOf(cluster, 2, 1, 1)));
+  EXPECT_TRUE(PosixFileSystem()->Exists(JoinPath(cluster.HostRoot(2), "mh/step-00000002/ckpt.index")));
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 
@@ -91,6 +92,24 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
                                             kCheckpointMetaFormat, "'"));
   }
   return meta;
+}
+
+const CheckpointMeta::Host* CheckpointMeta::FindHost(int rank) const {
+  for (const Host& h : hosts) {
+    if (h.rank == rank) return &h;
+  }
+  return nullptr;
+}
+
+std::string CheckpointMeta::HostOf(int rank) const {
+  const Host* h = FindHost(rank);
+  return h == nullptr ? std::string() : h->host;
+}
+
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(FileSystem* fs, const std::string& step_dir) {
+  ASSIGN_OR_RETURN(std::string text,
+                   fs->ReadFileToString(JoinPath(step_dir, kCheckpointMetaFile), int64_t{1} << 30));
+  return CheckpointMeta::FromJson(text);
 }
 
 }  // namespace ckptd

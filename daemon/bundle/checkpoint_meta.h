@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/io/file_system.h"
 #include "daemon/layout/box.h"
 
 namespace ckptd {
@@ -55,12 +56,21 @@ struct CheckpointMeta {
   double max_write_seconds = 0;
   double commit_seconds = 0;
 
+  // The host name of saving rank `rank`; "" when unrecorded (older files) or unknown.
+  std::string HostOf(int rank) const;
+  // The entry of saving rank `rank`, or null.
+  const Host* FindHost(int rank) const;
+
   // Indented JSON text.
   std::string ToJson() const;
   // DATA_LOSS naming what is wrong for text that is not such a document; fields it
   // does not know are ignored (a newer writer may add some).
   static absl::StatusOr<CheckpointMeta> FromJson(const std::string& text);
 };
+
+// Reads and parses the ckptd.json in `step_dir` (NOT_FOUND when there is none,
+// DATA_LOSS when it is not one).
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(FileSystem* fs, const std::string& step_dir);
 
 }  // namespace ckptd
 

@@ -331,8 +331,8 @@ void Coordinator::ApplyRetention(const StepKey& key) {
     spdlog::warn("run '{}': retention: {}", key.run, std::string(removed.status().message()));
   } else if (!removed->empty()) {
     spdlog::info("run '{}': retention removed step(s) {}", key.run, absl::StrJoin(*removed, ","));
-    for (int64_t step : *removed) {
-      if (options_.memory_tier != nullptr) options_.memory_tier->Forget({key.run, step});
+    if (options_.memory_tier != nullptr) {
+      for (int64_t step : *removed) options_.memory_tier->Forget({key.run, step});
     }
   }
 }

@@ -130,12 +130,9 @@ absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& hold
   // The data files this host keeps: its own, and those ckptd.json says it keeps copies
   // of, found by host name (the saving job's ranks may have run elsewhere); a host
   // that was not part of the saving job keeps none and reads them through its peers.
-  ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(JoinPath(dir, kCheckpointMetaFile), 1 << 30));
-  ASSIGN_OR_RETURN(CheckpointMeta meta, CheckpointMeta::FromJson(text));
-  std::map<int, std::string> host_of;
-  for (const CheckpointMeta::Host& h : meta.hosts) host_of[h.rank] = h.host;
+  ASSIGN_OR_RETURN(CheckpointMeta meta, ReadCheckpointMeta(fs, dir));
   auto is_here = [&](int saving_rank) {
-    const std::string& host = host_of[saving_rank];
+    const std::string host = meta.HostOf(saving_rank);
     return host.empty() ? saving_rank == rank : host == HostName();
   };
   std::set<int> wanted;

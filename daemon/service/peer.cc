@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
@@ -313,27 +312,20 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
 
 std::vector<int> PeerFileSystem::HoldersOf(int shard, const std::string& step_dir) {
   absl::MutexLock lock(&mu_);
-  if (!meta_.has_value()) {
-    absl::StatusOr<std::string> text =
-        target()->ReadFileToString(JoinPath(step_dir, kCheckpointMetaFile), int64_t{1} << 30);
-    absl::StatusOr<CheckpointMeta> meta = text.ok() ? CheckpointMeta::FromJson(*text) : text.status();
-    meta_ = meta.ok() ? *std::move(meta) : CheckpointMeta{};
-  }
-  std::map<int, std::string> host_of;  // saving rank -> its host
-  for (const CheckpointMeta::Host& h : meta_->hosts) host_of[h.rank] = h.host;
+  if (!meta_.has_value()) meta_ = ReadCheckpointMeta(target(), step_dir).value_or(CheckpointMeta{});
+  const CheckpointMeta& meta = *meta_;
   std::vector<int> holders;
   auto add = [&](int saving_rank) {
-    auto it = host_of.find(saving_rank);
-    if (it == host_of.end() || it->second.empty()) return;
-    std::optional<int> now = directory_->RankOfHost(it->second);
+    const std::string host = meta.HostOf(saving_rank);
+    if (host.empty()) return;
+    std::optional<int> now = directory_->RankOfHost(host);
     if (now.has_value() && std::find(holders.begin(), holders.end(), *now) == holders.end()) {
       holders.push_back(*now);
     }
   };
   add(shard);
-  for (const CheckpointMeta::Host& h : meta_->hosts) {
-    if (h.rank != shard) continue;
-    for (int copy : h.copies) add(copy);
+  if (const CheckpointMeta::Host* writer = meta.FindHost(shard); writer != nullptr) {
+    for (int copy : writer->copies) add(copy);
   }
   return holders.empty() ? directory_->Holders(shard) : holders;
 }

@@ -36,9 +36,7 @@ absl::Status CheckDrainedFiles(const CheckpointStore& drain, const std::string& 
   if (!fs->Exists(IndexPath(CheckpointStore::Prefix(temp)))) {
     return absl::DataLossError(absl::StrCat(temp, " has no index: its drain is not complete"));
   }
-  ASSIGN_OR_RETURN(std::string text,
-                   fs->ReadFileToString(JoinPath(temp, kCheckpointMetaFile), kMaxMetaBytes));
-  ASSIGN_OR_RETURN(CheckpointMeta meta, CheckpointMeta::FromJson(text));
+  ASSIGN_OR_RETURN(CheckpointMeta meta, ReadCheckpointMeta(fs, temp));
   for (const CheckpointMeta::Host& h : meta.hosts) {
     absl::StatusOr<uint64_t> size = fs->FileSize(JoinPath(temp, h.file));
     if (!size.ok() || *size != static_cast<uint64_t>(h.bytes)) {
@@ -69,9 +67,7 @@ absl::StatusOr<std::string> CommitId(const CheckpointStore& store, const std::st
 absl::StatusOr<std::vector<std::string>> DrainShare(const CheckpointStore& source, const std::string& run,
                                                     int64_t step, int rank, int num_ranks) {
   const std::string step_dir = source.StepDir(run, step);
-  ASSIGN_OR_RETURN(std::string text,
-                   source.fs()->ReadFileToString(JoinPath(step_dir, kCheckpointMetaFile), kMaxMetaBytes));
-  ASSIGN_OR_RETURN(CheckpointMeta meta, CheckpointMeta::FromJson(text));
+  ASSIGN_OR_RETURN(CheckpointMeta meta, ReadCheckpointMeta(source.fs(), step_dir));
   std::vector<std::string> files;
   if (meta.hosts.empty()) {
     // Written before ckptd.json named each host's file: rank 0 takes the whole step.

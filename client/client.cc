@@ -480,6 +480,11 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   if (options.trainer_state != nullptr) {
     for (const auto& [key, value] : header.trainer_state()) (*options.trainer_state)[key] = value;
   }
+  if (options.stats != nullptr) {
+    *options.stats = {.storage_bytes_read = header.storage_bytes_read(),
+                      .peer_bytes_received = header.peer_bytes_received(),
+                      .bytes_delivered = header.bytes_delivered()};
+  }
   return header.step();
 }
 

@@ -25,6 +25,7 @@
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/private_dir.h"
+#include "daemon/io/read_cache.h"
 #include "daemon/service/ckptd_service.h"
 #include "daemon/service/credentials.h"
 
@@ -169,8 +170,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
   return server;
 }
 
-// Local storage: every daemon learns where the others listen and the job's token, so
-// that a restore can read other hosts' shards through their daemons. Every rank takes
+// Local storage or read_once: every daemon learns where the others listen and the
+// job's token, so that a restore can read other hosts' shards (or, with read_once,
+// the files another daemon reads for the job) through their daemons. Every rank takes
 // part (the exchange is a collective); one without a TCP listener offers none, and
 // then restores read this host's shards only.
 absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port,
@@ -190,8 +192,9 @@ absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port
   std::vector<std::string> addresses, hosts;
   for (const ckptd::internal::PeerInfo& p : all) {
     if (p.address().empty()) {
-      spdlog::info("storage: local without a TCP listener on host {}: restores read this host's shards only",
-                   p.host());
+      spdlog::info("no TCP listener on host {}: restores read {} from storage{}", p.host(),
+                   config.storage == ckptd::Storage::kLocal ? "this host's shards only" : "what they need",
+                   config.read_once ? " (read_once needs tcp.address on every host)" : "");
       return absl::OkStatus();
     }
     addresses.push_back(p.address());
@@ -273,12 +276,25 @@ int main(int argc, char** argv) {
 
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
-  ckptd::CheckpointStore store(claims->confined.get(), config.root);
+  // Restores and peer reads share blocks of data files through the read cache; the
+  // commit's renames and deletions go through it too, so that it forgets a step that
+  // is replaced or removed.
+  ckptd::ReadCache read_cache({.capacity_bytes = static_cast<uint64_t>(config.read_cache_bytes),
+                               .linger = config.read_cache_linger,
+                               .data_file = [](const std::string& path) {
+                                 int shard = 0, num_shards = 0;
+                                 return ckptd::ParseDataFileName(path, &shard, &num_shards);
+                               }});
+  ckptd::CachingFileSystem commit_fs(claims->confined.get(), &read_cache,
+                                     ckptd::CachingFileSystem::Reads::kPassedOn);
+  ckptd::CachingFileSystem restore_fs(claims->confined.get(), &read_cache,
+                                      ckptd::CachingFileSystem::Reads::kCached);
+  ckptd::CheckpointStore store(&commit_fs, config.root);
   // Restores and peers read the kept steps' data files from memory (memory_steps).
   ckptd::MemoryTier memory_tier(config.memory_steps);
-  ckptd::MemoryTierFileSystem memory_fs(claims->confined.get(), &memory_tier);
-  ckptd::CheckpointStore read_store(config.memory_steps > 0 ? &memory_fs : claims->confined.get(),
-                                    config.root);
+  ckptd::MemoryTierFileSystem memory_fs(&restore_fs, &memory_tier);
+  ckptd::CheckpointStore read_store(
+      config.memory_steps > 0 ? static_cast<ckptd::FileSystem*>(&memory_fs) : &restore_fs, config.root);
   if (config.memory_steps > 0) staging.SetReclaimer([&memory_tier] { return memory_tier.EvictOldest(); });
   const uint32_t dir_mode =
       claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
@@ -302,9 +318,12 @@ int main(int argc, char** argv) {
                                 config.storage == ckptd::Storage::kLocal,
                                 &peer_directory,
                                 config.commit_timeout,
-                                drain_store.has_value() ? &*drain_store : nullptr};
+                                drain_store.has_value() ? &*drain_store : nullptr,
+                                claims->confined.get(),
+                                &read_cache,
+                                config.read_once};
   ckptd::CkptdService service(context, &registry, &read_store, &staging, &peers);
-  ckptd::PeerService peer_service(&peer_directory, &read_store, &registry);
+  ckptd::PeerService peer_service(&peer_directory, &read_store, &registry, &commit_fs);
   if (config.memory_steps > 0) service.set_memory_tier(&memory_tier);
   spdlog::info("device memory: {}", service.DeviceDescription());
   ckptd::Coordinator coordinator(
@@ -334,7 +353,7 @@ int main(int argc, char** argv) {
     service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
-  if (config.storage == ckptd::Storage::kLocal) {
+  if (config.storage == ckptd::Storage::kLocal || config.read_once) {
     if (absl::Status s = MeetPeers(config, rank, tcp_port, coordinator, peer_directory, &shard_copier);
         !s.ok())
       fatal(s);

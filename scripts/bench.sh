@@ -7,8 +7,11 @@
 #   baselines  raw O_DIRECT sequential write and read of the same bytes over 2
 #              concurrent files (fio when installed, else ckptd-bench's own), memcpy
 #   ckptd      trainer stall (longest Save call), save-to-durable, restore, resharded
-#              restore, and the gRPC-stream save beside the shared-memory one
-#   memory     the same save and restores with memory_steps 4: restores from daemon memory
+#              restore, a data-parallel restore (every trainer restores everything),
+#              and the gRPC-stream save beside the shared-memory one; each restore
+#              reads a step of its own, and the bytes the daemons read from storage for
+#              it are reported beside the bytes delivered (read amplification)
+#   memory     the same save and restores with memory_steps 5: restores from daemon memory
 #   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore
 #   hosts      with --hosts N (root): the same save and restores again on N simulated
 #              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
@@ -17,7 +20,9 @@
 #              bytes through their daemons) and local with 1 replica (then again after
 #              host 1 lost its data file), and the bytes each host's NIC carried; then
 #              local storage with drain_to a shared directory: how fast the committed
-#              step reaches the drain in the background (every host copying its share).
+#              step reaches the drain in the background (every host copying its share);
+#              and local storage with read_once off and no read cache (the read
+#              amplification before read_once).
 #              Every host's "disk" is a directory on this machine's disk.
 # Prints a table; --json FILE writes one object with every number and ratio.
 # --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
@@ -96,12 +101,12 @@ if [ "$METADATA" = 1 ]; then
   META=$("$BIN/ckptd-bench" metadata --socket "$SOCK") || { cat "$WORK/daemons.log" >&2; exit 1; }
 fi
 
-# The memory tier: the same run with memory_steps 4 (it saves steps 1-4 and restores
-# step 2), so the same-cut restores read each daemon's own data file from memory.
+# The memory tier: the same run with memory_steps 5 (it saves steps 1-5 and restores
+# each of them once), so the same-cut restores read each daemon's own data file from memory.
 echo "== memory tier: 2 daemons with memory_steps 4, 4 trainers" >&2
 stop_daemons
 "${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root-memory" --socket "$SOCK" --commit-timeout 600s \
-  --memory-steps 4 > "$WORK/daemons-memory.log" 2>&1 &
+  --memory-steps 5 > "$WORK/daemons-memory.log" 2>&1 &
 MPIRUN_PID=$!
 MEMORY=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
   cat "$WORK/daemons-memory.log" >&2; exit 1; }
@@ -122,6 +127,9 @@ if [ "$HOSTS" != 0 ]; then
       -out d.crt) > /dev/null 2>&1
   printf 'tcp:\n  address: 0.0.0.0:0\n  tls_cert: %s\n  tls_key: %s\n  tls_ca: %s\n' \
     "$WORK/tls/d.crt" "$WORK/tls/d.key" "$WORK/tls/ca.crt" > "$WORK/tls/ckptd.yaml"
+  # The "each" run: local storage as before read_once, every daemon reading what its
+  # trainers need and no read cache (the read amplification before).
+  { cat "$WORK/tls/ckptd.yaml"; printf 'read_once: false\nread_cache: 0\n'; } > "$WORK/tls/each.yaml"
   SUBNET=$(sed -n 's/^SUBNET=//p' tests/multihost/hosts.sh).0/24
   ON_HOSTS=(nsenter -t "$(cat "$H/pid0")" -n -u -m -- "${MPIRUN[@]}" --hostfile "$H/hostfile"
     --mca plm_rsh_agent "$H/agent" --mca btl tcp,self --mca pml ob1
@@ -131,15 +139,17 @@ if [ "$HOSTS" != 0 ]; then
   # replicas: local storage with one copy of each data file on the next host; after
   # its run, host 1 loses its own data file of the measured step and the restores run
   # again (host 1 then reads it from the copy).
-  for MODE in shared local replicas drain; do
+  for MODE in shared local replicas drain each; do
     echo "== $HOSTS hosts, $MODE: 1 daemon and 2 trainers per host" >&2
     ROOT="$H/disk/root-$MODE"  # each host's own directory
+    CONFIG="$WORK/tls/ckptd.yaml"
+    [ "$MODE" = each ] && CONFIG="$WORK/tls/each.yaml"
     FLAGS=(--storage local)
     [ "$MODE" = shared ] && ROOT="$H/shared/root-$MODE" FLAGS=(--storage shared)
     [ "$MODE" = replicas ] && FLAGS+=(--replicas 1)
     [ "$MODE" = drain ] && FLAGS+=(--drain-to "$H/shared/drain")
     # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
-    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$WORK/tls/ckptd.yaml" "${FLAGS[@]}" \
+    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$CONFIG" "${FLAGS[@]}" \
       --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
       --log-level "${CKPTD_BENCH_LOG_LEVEL:-info}" > "$WORK/daemons-$MODE.log" 2>&1 &
     MPIRUN_PID=$!
@@ -157,7 +167,9 @@ if [ "$HOSTS" != 0 ]; then
       [ -e "$H/shared/drain/bench/$LAST/ckpt.index" ] || { echo "bench.sh: $LAST never drained" >&2; exit 1; }
     fi
     if [ "$MODE" = replicas ]; then
-      rm "$H/host1/root-$MODE/bench/step-00000002/$(printf 'ckpt.data-%05d-of-%05d' 1 "$HOSTS")"
+      for STEP in 1 2 3 4 5; do
+        rm "$H/host1/root-$MODE/bench/step-0000000$STEP/$(printf 'ckpt.data-%05d-of-%05d' 1 "$HOSTS")"
+      done
       OUT=$("${TRAINERS[@]}" --restore-only) || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
       MULTI="$MULTI\"replicas_host1_lost\": $OUT,"
     fi
@@ -236,6 +248,25 @@ if multi:
     for what, key in [("restore, host 1's file lost", "restore_gbps"),
                       ("resharded, host 1's file lost", "reshard_restore_gbps")]:
         print(f"| {what:<30} | {r[key]:11.3f} | {'':16} | {'':16} | {lost[key]:7.3f} {lost[key] / r[key]:5.2f}x   |")
+    # Read amplification: bytes the daemons read from storage over the step's bytes
+    # (every restore needs the whole step across the job).
+    print(f"\nread amplification (bytes read from storage / the step's bytes; goal 1.0) and GB/s delivered\n")
+    print("| restore                        | one machine |  shared  |  local   | 1 replica | local, read_once off, no cache |")
+    print("|--------------------------------|-------------|----------|----------|-----------|--------------------------------|")
+    amp_modes = ("shared", "local", "replicas", "each")
+    for what, phase, key in [("same cut", "restore", "restore_gbps"),
+                             ("resharded (row halves)", "reshard_restore", "reshard_restore_gbps"),
+                             ("data-parallel (all want all)", "dp_restore", "dp_restore_gbps")]:
+        amp = lambda run: run["storage_bytes"][phase] / run["bytes"]
+        for m in ("single",) + amp_modes:
+            run = r if m == "single" else multi[m]
+            r.setdefault("read_amplification", {}).setdefault(m, {})[phase] = amp(run)
+        cells = " | ".join(f"{amp(multi[m]):8.2f}" for m in amp_modes[:3])
+        print(f"| {what + ' (x)':<30} | {amp(r):11.2f} | {cells} | {amp(multi['each']):30.2f} |")
+        cells = " | ".join(f"{multi[m][key]:8.3f}" for m in amp_modes[:3])
+        print(f"| {'  GB/s delivered':<30} | {r[key]:11.3f} | {cells} | {multi['each'][key]:30.3f} |")
+    r["dp_read_amplification"] = r["read_amplification"]["local"]["dp_restore"]
+    r["dp_read_amplification_before"] = r["read_amplification"]["each"]["dp_restore"]
     r["replica_save_overhead"] = multi["local"]["save_gbps"] / multi["replicas"]["save_gbps"]
     print(f"\nsave with 1 replica takes {r['replica_save_overhead']:.2f}x the time of local storage without")
     drained = multi.get("drained")
@@ -248,7 +279,7 @@ if multi:
     print(f"\nnetwork bytes per host per step (MB; the most any host received / sent on eth0)\n")
     print("| phase                          |      shared received / sent |       local received / sent |  1 replica received / sent  |")
     print("|--------------------------------|-----------------------------|-----------------------------|-----------------------------|")
-    for phase in ("save", "grpc_save", "restore", "reshard_restore"):
+    for phase in ("save", "grpc_save", "restore", "reshard_restore", "dp_restore"):
         cells = " | ".join(f"{mb(multi[m]['net_per_host'][phase]['received'])} / {mb(multi[m]['net_per_host'][phase]['sent'])}         "
                            for m in modes)
         print(f"| {phase:<30} | {cells} |")

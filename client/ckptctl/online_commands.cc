@@ -52,7 +52,12 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
           {"device_to_host_bytes", s.device_to_host_bytes()},
           {"device_to_host_seconds", s.device_to_host_seconds()},
           {"host_to_device_bytes", s.host_to_device_bytes()},
-          {"host_to_device_seconds", s.host_to_device_seconds()}};
+          {"host_to_device_seconds", s.host_to_device_seconds()},
+          {"restore_storage_bytes_read", s.restore_storage_bytes_read()},
+          {"restore_bytes_delivered", s.restore_bytes_delivered()},
+          {"restore_peer_bytes_received", s.restore_peer_bytes_received()},
+          {"read_cache_hit_bytes", s.read_cache_hit_bytes()},
+          {"read_cache_bytes", s.read_cache_bytes()}};
 }
 
 }  // namespace
@@ -160,6 +165,15 @@ int Status(const DaemonFlags& flags, bool as_json) {
     }
     std::printf("rank %d keeps in memory (memory_steps %d): %s\n", r.rank(), r.memory_steps_limit(),
                 kept.empty() ? "nothing yet" : absl::StrJoin(kept, ", ").c_str());
+  }
+  for (const auto& r : ranks) {
+    if (r.restore_bytes_delivered() == 0 && r.restore_storage_bytes_read() == 0) continue;
+    std::printf(
+        "rank %d restores: %s delivered, %s read from storage (for all daemons), %s from peers, "
+        "%s from its read cache\n",
+        r.rank(), HumanBytes(r.restore_bytes_delivered()).c_str(),
+        HumanBytes(r.restore_storage_bytes_read()).c_str(),
+        HumanBytes(r.restore_peer_bytes_received()).c_str(), HumanBytes(r.read_cache_hit_bytes()).c_str());
   }
   return kOk;
 }

@@ -170,6 +170,19 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
                                                  : config.memory_steps;
     target = value.as<int>();
     if (target < 0) return Invalid(absl::StrCat(key, " must be >= 0"));
+  } else if (key == "read_once") {
+    config.read_once = value.as<bool>();
+  } else if (key == "read_cache") {
+    absl::StatusOr<int64_t> bytes = ParseByteRate(value.as<std::string>());
+    if (!bytes.ok() || absl::EndsWith(value.as<std::string>(), "/s")) {
+      return Invalid(
+          absl::StrCat("read_cache: bad size '", value.as<std::string>(), "' (want e.g. 1GiB, 512MB, 0)"));
+    }
+    config.read_cache_bytes = *bytes;
+  } else if (key == "read_cache_linger") {
+    absl::StatusOr<absl::Duration> linger = ParseDuration(value.as<std::string>());
+    if (!linger.ok()) return Invalid(absl::StrCat("read_cache_linger: ", linger.status().message()));
+    config.read_cache_linger = *linger;
   } else if (key == "failure_domains") {
     if (!value.IsMap()) return Invalid("failure_domains must map host names to domain names");
     for (const auto& item : value) {

@@ -45,6 +45,16 @@ struct DaemonConfig {
   // that restores after a trainer restart read memory, not disk (0 = none). Kept steps
   // give way to new saves when staging memory runs short.
   int memory_steps = 0;
+  // Restores read each data file of a step from storage once for the whole job: the
+  // daemon of its writer's host (on a shared root, the rank that wrote it) reads it
+  // and the others ask that daemon (needs tcp). Off: every daemon reads what its
+  // trainers need itself.
+  bool read_once = true;
+  // Blocks of data files read for restores stay in memory this long after their last
+  // use, within read_cache bytes, so that the host's other restores and the other
+  // daemons get them without another storage read (0 bytes: no cache).
+  int64_t read_cache_bytes = int64_t{1} << 30;
+  absl::Duration read_cache_linger = absl::Seconds(5);
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.

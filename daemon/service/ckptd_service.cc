@@ -374,11 +374,16 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
                                        std::string note, const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
   const int64_t step = source.step;
-  std::optional<PeerFileSystem> peer_fs;
+  ReadStack stack;
   // A drained step is whole in one directory.
-  FileSystem* fs =
-      source.drained ? source.store->fs() : StepFileSystem(request.run(), step, deadline, &peer_fs);
-  const bool through_peers = peer_fs.has_value();
+  FileSystem* fs = StepFileSystem(request.run(), step, deadline, &stack);
+  if (source.drained) {
+    fs = source.store->fs();
+    if (context_.read_cache != nullptr) {
+      fs = &stack.cached.emplace(fs, context_.read_cache, CachingFileSystem::Reads::kCounted, &stack.counts);
+    }
+  }
+  const bool through_peers = stack.peers.has_value() && !source.drained;
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
                    BundleReader::Open(fs, CheckpointStore::Prefix(source.store->StepDir(request.run(), step)),
                                       context_.max_index_bytes));
@@ -409,6 +414,14 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline));
   // Everything is read before anything is sent, so a corrupt shard fails the whole call.
   RETURN_IF_ERROR(ReadPlan(*reader, plan, out.destinations, kRestoreReadThreads));
+  v1::RestoreHeader& header = *header_message.mutable_header();
+  header.set_storage_bytes_read(static_cast<int64_t>(stack.counts.storage_bytes.load()));
+  header.set_peer_bytes_received(static_cast<int64_t>(stack.counts.peer_bytes.load()));
+  int64_t delivered = 0;
+  for (const RestoreItem& item : plan.items) delivered += item.bytes;
+  header.set_bytes_delivered(delivered);
+  restore_reads_.peer_bytes += stack.counts.peer_bytes.load();
+  restore_bytes_delivered_ += static_cast<uint64_t>(delivered);
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (!wants.devices[i].has_value()) continue;
     if (absl::Status s = device_->CopyToDevice(out.device_buffers[i], *wants.devices[i]); !s.ok()) {
@@ -533,16 +546,25 @@ grpc::Status CkptdService::ListTensors(grpc::ServerContext* ctx, const v1::ListT
 }
 
 FileSystem* CkptdService::StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
-                                         std::optional<PeerFileSystem>* peer_fs) const {
-  // On local disks, other hosts' shards are read through their daemons when they are
-  // known (a TCP listener with mutual TLS).
-  if (!context_.local_storage || context_.peer_directory == nullptr || !context_.peer_directory->ready() ||
-      context_.num_ranks < 2) {
-    return store_->fs();
+                                         ReadStack* stack) const {
+  FileSystem* fs = store_->fs();
+  if (context_.storage != nullptr && context_.read_cache != nullptr) {
+    fs = &stack->cached.emplace(context_.storage, context_.read_cache, CachingFileSystem::Reads::kCached,
+                                &stack->counts);
+    if (memory_tier_ != nullptr) fs = &stack->memory.emplace(fs, memory_tier_);
   }
-  peer_fs->emplace(store_->fs(), context_.peer_directory, run, step,
-                   std::min(deadline, absl::Now() + context_.peer_timeout));
-  return &**peer_fs;
+  // Other hosts' data files are read through their daemons when they are known (a
+  // TCP listener with mutual TLS): on local disks, where they are not here, and with
+  // read_once, where one daemon reads each file for all.
+  if ((!context_.local_storage && !context_.read_once) || context_.peer_directory == nullptr ||
+      !context_.peer_directory->ready() || context_.num_ranks < 2) {
+    stack->top = fs;
+    return fs;
+  }
+  stack->top = &stack->peers.emplace(fs, context_.peer_directory, run, step,
+                                     std::min(deadline, absl::Now() + context_.peer_timeout),
+                                     context_.read_once, !context_.local_storage, &stack->counts);
+  return stack->top;
 }
 
 grpc::Status CkptdService::ReadStepFile(grpc::ServerContext* ctx, const v1::ReadStepFileRequest* request,
@@ -574,8 +596,8 @@ absl::Status CkptdService::DoReadStepFile(const v1::ReadStepFileRequest& request
         absl::StrCat("run '", request.run(), "' has no committed step ", request.step()));
   }
   const StepRegistry::RestorePin pin(registry_, {request.run(), request.step()});
-  std::optional<PeerFileSystem> peer_fs;
-  FileSystem* fs = StepFileSystem(request.run(), request.step(), deadline, &peer_fs);
+  ReadStack stack;
+  FileSystem* fs = StepFileSystem(request.run(), request.step(), deadline, &stack);
   ASSIGN_OR_RETURN(
       std::unique_ptr<RandomAccessFile> file,
       fs->NewRandomAccessFile(JoinPath(store_->StepDir(request.run(), request.step()), request.file())));
@@ -686,6 +708,13 @@ v1::StatusResponse CkptdService::LocalStatus() const {
   response->set_host_to_device_bytes(device.to_device_bytes);
   response->set_host_to_device_seconds(device.to_device_seconds);
   response->set_device_memory(device_->Describe());
+  if (context_.read_cache != nullptr) {
+    response->set_restore_storage_bytes_read(static_cast<int64_t>(context_.read_cache->storage_bytes_read()));
+    response->set_read_cache_hit_bytes(static_cast<int64_t>(context_.read_cache->hit_bytes()));
+    response->set_read_cache_bytes(static_cast<int64_t>(context_.read_cache->held_bytes()));
+  }
+  response->set_restore_bytes_delivered(static_cast<int64_t>(restore_bytes_delivered_.load()));
+  response->set_restore_peer_bytes_received(static_cast<int64_t>(restore_reads_.peer_bytes.load()));
   if (memory_tier_ != nullptr) {
     response->set_memory_steps_limit(memory_tier_->max_steps());
     for (const MemoryTier::Held& held : memory_tier_->Steps()) {

@@ -15,6 +15,7 @@
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/coord/step_registry.h"
+#include "daemon/io/read_cache.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/peer.h"
@@ -49,6 +50,15 @@ struct ServiceContext {
   absl::Duration peer_timeout = absl::Minutes(1);
   // The drain root (config drain_to), or null: restores fall back to it.
   const CheckpointStore* drain_store = nullptr;
+  // Restores read through `read_cache` (blocks shared with the host's other restores
+  // and with the other daemons' peer reads) from `storage`, the file system beneath
+  // the store's; both null: the store's file system, uncached.
+  FileSystem* storage = nullptr;
+  ReadCache* read_cache = nullptr;
+  // read_once: each data file of a step is read from storage by one daemon (its
+  // writer's host, or on a shared root the rank that wrote it) and sent to the
+  // others over the peer channel.
+  bool read_once = false;
 };
 
 class CkptdService final
@@ -127,11 +137,19 @@ class CkptdService final
   absl::Status CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const;
   absl::Status DoReadStepFile(const v1::ReadStepFileRequest& request, absl::Time deadline,
                               grpc::ServerWriter<v1::ReadStepFileResponse>* writer);
-  // The file system a restore of `step` reads through: with local storage and known
-  // peers, one that reads other hosts' data files through their daemons (held in
-  // *peer_fs); else the store's.
+  // The file systems one read of a step goes through, built per call so that it
+  // counts its own bytes: the read cache over storage, the memory tier, and (with
+  // known peers, on local disks or with read_once) other daemons.
+  struct ReadStack {
+    ReadCounts counts;
+    std::optional<CachingFileSystem> cached;
+    std::optional<MemoryTierFileSystem> memory;
+    std::optional<PeerFileSystem> peers;
+    FileSystem* top = nullptr;
+  };
+  // Builds *stack for reading `step` of `run` (within `deadline`) and returns its top.
   FileSystem* StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
-                             std::optional<PeerFileSystem>* peer_fs) const;
+                             ReadStack* stack) const;
   absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);
@@ -176,6 +194,10 @@ class CkptdService final
   std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
   const MemoryTier* memory_tier_ = nullptr;
+  // Since start, for Status: what restores read from storage and from peers, and
+  // the bytes they delivered to trainers.
+  ReadCounts restore_reads_;
+  std::atomic<uint64_t> restore_bytes_delivered_{0};
 };
 
 }  // namespace ckptd

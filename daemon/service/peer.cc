@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,23 +29,26 @@ absl::Status FromGrpc(const grpc::Status& s) {
 class RemoteFile final : public RandomAccessFile {
  public:
   RemoteFile(internal::Peer::Stub* stub, internal::ReadRangeRequest request, std::string token,
-             std::string peer, absl::Time deadline)
+             std::string peer, absl::Time deadline, ReadCounts* counts = nullptr)
       : stub_(stub),
         request_(std::move(request)),
         token_(std::move(token)),
         peer_(std::move(peer)),
-        deadline_(deadline) {}
+        deadline_(deadline),
+        counts_(counts) {}
 
   // Asks for the size (a zero-length read): also proves the peer serves the file.
   absl::Status Open() { return Stream(0, 0, nullptr); }
 
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
     size_t received = 0;
-    return Stream(offset, n, [&](absl::string_view piece) {
+    absl::Status s = Stream(offset, n, [&](absl::string_view piece) {
       std::memcpy(dst + received, piece.data(), piece.size());
       received += piece.size();
       return absl::OkStatus();
     });
+    if (s.ok() && counts_ != nullptr) counts_->peer_bytes += n;
+    return s;
   }
   uint64_t Size() const override { return size_; }
 
@@ -102,7 +106,42 @@ class RemoteFile final : public RandomAccessFile {
   std::string token_;
   std::string peer_;
   absl::Time deadline_;
+  ReadCounts* counts_;
   mutable uint64_t size_ = 0;  // set by Open, before the file is shared between threads
+};
+
+// On a shared root, a data file read for the job by another daemon (read_once);
+// when that daemon stops answering mid-restore, the reads go to storage here.
+class ReaderOrStorageFile final : public RandomAccessFile {
+ public:
+  ReaderOrStorageFile(std::unique_ptr<RandomAccessFile> remote, FileSystem* local, std::string path)
+      : remote_(std::move(remote)), local_(local), path_(std::move(path)) {}
+  absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+    if (!use_local_.load()) {
+      absl::Status s = remote_->Read(offset, n, dst);
+      if (!absl::IsUnavailable(s)) return s;
+      spdlog::warn("{}; reading {} from storage here", std::string(s.message()), path_);
+      use_local_ = true;
+    }
+    const RandomAccessFile* local = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (local_file_ == nullptr) {
+        ASSIGN_OR_RETURN(local_file_, local_->NewRandomAccessFile(path_));
+      }
+      local = local_file_.get();  // set once, never replaced
+    }
+    return local->Read(offset, n, dst);
+  }
+  uint64_t Size() const override { return remote_->Size(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> remote_;
+  FileSystem* local_;
+  std::string path_;
+  mutable std::atomic<bool> use_local_{false};
+  mutable absl::Mutex mu_;
+  mutable std::unique_ptr<RandomAccessFile> local_file_ ABSL_GUARDED_BY(mu_);
 };
 
 // A ReadRange request for file `name` of a step: a data file by its shard, or the
@@ -215,6 +254,11 @@ std::vector<int> PeerDirectory::Holders(int shard) const {
   return holders;
 }
 
+int PeerDirectory::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(addresses_.size());
+}
+
 std::optional<int> PeerDirectory::RankOfHost(const std::string& host) const {
   absl::MutexLock lock(&mu_);
   for (size_t r = 0; r < hosts_.size(); ++r) {
@@ -227,8 +271,9 @@ absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string
                                            bool pending, FileSystem* fs, const std::string& dest,
                                            absl::Time deadline) {
   ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(from));
-  RemoteFile source(stub, StepFileRequest(key.run, key.step, name, pending), directory_->token(),
-                    directory_->Describe(from), deadline);
+  internal::ReadRangeRequest request = StepFileRequest(key.run, key.step, name, pending);
+  request.set_copy(true);
+  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(from), deadline);
   RETURN_IF_ERROR(source.Open());
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewDirectWritableFile(dest));
   for (uint64_t offset = 0; offset < source.Size();) {
@@ -277,34 +322,67 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
   const std::string path =
       step_file ? JoinPath(dir, request.file())
                 : DataPath(CheckpointStore::Prefix(dir), request.shard(), request.num_shards());
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, store_->fs()->NewRandomAccessFile(path));
+  FileSystem* fs = request.copy() && copy_fs_ != nullptr ? copy_fs_ : store_->fs();
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs->NewRandomAccessFile(path));
   return Annotate(SendFileRange(*file, request.offset(), request.length(), writer), path);
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::OpenRemote(int holder,
+                                                                             const std::string& path) {
+  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(holder));
+  auto file =
+      std::make_unique<RemoteFile>(stub, StepFileRequest(run_, step_, path, /*pending=*/false),
+                                   directory_->token(), directory_->Describe(holder), deadline_, counts_);
+  RETURN_IF_ERROR(file->Open());
+  return file;
+}
+
+int PeerFileSystem::ReaderOf(int shard, const std::vector<int>& holders) const {
+  const int ranks = std::max(directory_->size(), 1);
+  for (int holder : holders) {
+    if (holder >= 0 && holder < ranks) return holder;
+  }
+  return shared_root_ ? shard % ranks : directory_->rank();
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAccessFile(
     const std::string& path) {
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> local = target()->NewRandomAccessFile(path);
   int shard = 0, num_shards = 0;
-  if (!absl::IsNotFound(local.status()) || !ParseDataFileName(path, &shard, &num_shards)) {
-    return local;  // found here, or not a data file
+  if (!ParseDataFileName(path, &shard, &num_shards)) return target()->NewRandomAccessFile(path);
+  const std::vector<int> holders = HoldersOf(shard, DirName(path));
+  int asked = -1;  // the reader tried first, if not this daemon
+  absl::Status asked_failure;
+  if (read_once_) {
+    const int reader = ReaderOf(shard, holders);
+    if (reader != directory_->rank()) {
+      absl::StatusOr<std::unique_ptr<RandomAccessFile>> remote = OpenRemote(reader, path);
+      if (remote.ok() && shared_root_)
+        return std::make_unique<ReaderOrStorageFile>(*std::move(remote), target(), path);
+      if (remote.ok()) return remote;
+      asked = reader;
+      asked_failure = remote.status();
+      spdlog::warn("run '{}' step {}: {} cannot serve rank {}'s data file, reading it here: {}", run_, step_,
+                   directory_->Describe(reader), shard, std::string(remote.status().message()));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> local = target()->NewRandomAccessFile(path);
+  if (!absl::IsNotFound(local.status()) || shared_root_) {
+    return local;  // found here, or a shared root's answer
   }
   // The rank that wrote the file first, then the ranks that keep copies of it.
-  absl::Status first_failure = local.status();
-  bool tried_remote = false;
-  for (int holder : HoldersOf(shard, DirName(path))) {
-    if (holder == directory_->rank()) continue;  // not here: this host lost it
-    ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(holder));
-    auto file = std::make_unique<RemoteFile>(stub, StepFileRequest(run_, step_, path, /*pending=*/false),
-                                             directory_->token(), directory_->Describe(holder), deadline_);
-    const absl::Status opened = file->Open();
-    if (opened.ok()) {
+  absl::Status first_failure = asked < 0 ? local.status() : asked_failure;
+  bool tried_remote = asked >= 0;
+  for (int holder : holders) {
+    if (holder == directory_->rank() || holder == asked) continue;  // not here: this host lost it
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> remote = OpenRemote(holder, path);
+    if (remote.ok()) {
       if (holder != shard) {
         spdlog::warn("run '{}' step {}: reading rank {}'s data file from the copy on {}: {}", run_, step_,
                      shard, directory_->Describe(holder), std::string(first_failure.message()));
       }
-      return file;
+      return remote;
     }
-    if (!tried_remote) first_failure = opened;
+    if (!tried_remote) first_failure = remote.status();
     tried_remote = true;
   }
   return first_failure;

@@ -28,6 +28,7 @@
 #include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
+#include "daemon/io/read_cache.h"
 #include "daemon/service/credentials.h"
 #include "daemon/store/checkpoint_store.h"
 
@@ -78,6 +79,7 @@ class PeerDirectory {
   std::vector<int> Holders(int shard) const;
   // The rank running on `host` in this job, if any.
   std::optional<int> RankOfHost(const std::string& host) const;
+  int size() const;  // ranks in the job
   const std::string& token() const;
 
  private:
@@ -106,8 +108,11 @@ class PeerShardCopier final : public ShardCopier {
 
 class PeerService final : public internal::Peer::Service {
  public:
-  PeerService(const PeerDirectory* directory, CheckpointStore* store, StepRegistry* registry)
-      : directory_(directory), store_(store), registry_(registry) {}
+  // Restores' ranges are read through store's file system; whole-file copies
+  // (replicas, repair) through copy_fs when set, which bypasses the read cache.
+  PeerService(const PeerDirectory* directory, CheckpointStore* store, StepRegistry* registry,
+              FileSystem* copy_fs = nullptr)
+      : directory_(directory), store_(store), registry_(registry), copy_fs_(copy_fs) {}
   grpc::Status ReadRange(grpc::ServerContext* ctx, const internal::ReadRangeRequest* request,
                          grpc::ServerWriter<internal::ReadRangeChunk>* writer) override;
 
@@ -117,21 +122,29 @@ class PeerService final : public internal::Peer::Service {
   const PeerDirectory* directory_;
   CheckpointStore* store_;
   StepRegistry* registry_;
+  FileSystem* copy_fs_;
 };
 
 // Opens data files of the step directory `step_dir` that are not on this host from
 // the daemon whose rank wrote them or, when that one cannot serve it, from the daemons
 // that keep copies (replicas), in order; every call on a remote file ends by
-// `deadline`.
+// `deadline`. With `read_once`, a data file this daemon is not the designated reader
+// of (see ReaderOf) comes from its reader's daemon even when this host could read it
+// (a shared root, a replica's copy), so that each stored byte leaves storage once;
+// storage here is the fallback when that daemon cannot serve it. Bytes received
+// from peers are added to counts->peer_bytes (counts may be null).
 class PeerFileSystem final : public FileSystemWrapper {
  public:
   PeerFileSystem(FileSystem* local, PeerDirectory* directory, std::string run, int64_t step,
-                 absl::Time deadline)
+                 absl::Time deadline, bool read_once, bool shared_root, ReadCounts* counts)
       : FileSystemWrapper(local),
         directory_(directory),
         run_(std::move(run)),
         step_(step),
-        deadline_(deadline) {}
+        deadline_(deadline),
+        read_once_(read_once),
+        shared_root_(shared_root),
+        counts_(counts) {}
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
 
  private:
@@ -140,11 +153,19 @@ class PeerFileSystem final : public FileSystemWrapper {
   // so that a job on more, fewer or re-ranked hosts still finds them; the directory's
   // ranks when ckptd.json does not say.
   std::vector<int> HoldersOf(int shard, const std::string& step_dir);
+  // The one rank that reads rank `shard`'s data file from storage for the job: its
+  // first holder in this job; on a shared root, where every rank could, shard mod
+  // ranks when no holder is in the job.
+  int ReaderOf(int shard, const std::vector<int>& holders) const;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRemote(int holder, const std::string& path);
 
   PeerDirectory* directory_;
   std::string run_;
   int64_t step_;
   absl::Time deadline_;
+  bool read_once_;
+  bool shared_root_;
+  ReadCounts* counts_;
   absl::Mutex mu_;
   std::optional<CheckpointMeta> meta_ ABSL_GUARDED_BY(mu_);  // read once per restore
 };

@@ -3,7 +3,9 @@
 # binaries of this build and checks that its JSON has every key issue 4 asks for,
 # each a positive number. As root it adds --hosts 2 and checks where the bytes went:
 # with local storage a resharded restore brings half of each host's bytes from the
-# other host, with a shared root none; with one replica a save sends each host's file.
+# other host, with a shared root too (read_once: each file is read by one daemon), but
+# saves to a shared root send nothing across; with one replica a save sends each
+# host's file.
 set -euo pipefail
 SRC="$1" BIN="$2"
 OUT="$(mktemp -d)"
@@ -26,9 +28,14 @@ if sys.argv[2] != "0":
     got = r["hosts"]["local"]["net_per_host"]["reshard_restore"]["received"]
     if got < half:
         sys.exit(f"local storage: a host received {got} bytes in a resharded restore, expected >= {half}")
-    shared = r["hosts"]["shared"]["net_per_host"]["reshard_restore"]["received"]
+    # A shared root: saves send nothing across; restores (read_once) get the other
+    # host's file from the daemon that reads it, as on local disks.
+    shared = r["hosts"]["shared"]["net_per_host"]["save"]["received"]
     if shared > half // 8:
-        sys.exit(f"shared root: a host received {shared} bytes in a resharded restore; data should not cross")
+        sys.exit(f"shared root: a host received {shared} bytes in a save; data should not cross")
+    shared = r["hosts"]["shared"]["net_per_host"]["reshard_restore"]["received"]
+    if shared < half:
+        sys.exit(f"shared root, read_once: a host received {shared} bytes in a resharded restore, expected >= {half}")
     # With one replica each host sends its whole data file (half the step) to the other.
     sent = r["hosts"]["replicas"]["net_per_host"]["save"]["sent"]
     if sent < half:

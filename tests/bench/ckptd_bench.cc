@@ -203,10 +203,27 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     net_per_host[transport == ckptd::Transport::kStream ? "grpc_save" : "save"] = meter.Stop();
     return out;
   };
+  // Bytes of data files the daemons read from storage for restores so far: each
+  // daemon's counter, taken by the first trainer on it, summed over the job.
+  const int my_daemon = rank * daemons / trainers;
+  const bool first_on_daemon = rank == 0 || (rank - 1) * daemons / trainers != my_daemon;
+  auto storage_read = [&] {
+    int64_t mine = 0;
+    if (first_on_daemon) {
+      auto status = (*client)->Status();
+      if (!status.ok()) Fail(std::string(status.status().message()));
+      mine = status->restore_storage_bytes_read();
+    }
+    int64_t sum = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+  };
+  json storage_bytes;  // phase -> bytes read from storage by all daemons
   // Restores every tensor's box (start row, rows) into reused buffers.
   std::vector<char*> targets;
-  // Big enough for this trainer's slab and for a row half (the reshard).
-  const int64_t target_bytes = std::max(m.slab_bytes, m.rows / 2 * m.cols * 4);
+  // Big enough for the whole tensor (the data-parallel restore), which also holds
+  // this trainer's slab and a row half (the reshard).
+  const int64_t target_bytes = m.rows * m.cols * 4;
   for (int i = 0; i < kTensors; ++i) {
     // A trainer restores into memory it already uses: touched before timing.
     targets.push_back(AlignedAlloc(static_cast<size_t>(target_bytes)));
@@ -223,6 +240,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
                    targets[i],
                    static_cast<size_t>(rows * m.cols * 4)});
     }
+    const int64_t read_before = storage_read();
     MPI_Barrier(MPI_COMM_WORLD);
     meter.Start();
     const absl::Time start = absl::Now();
@@ -230,6 +248,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     if (!restored.ok()) Fail(std::string(restored.status().message()));
     const double seconds = MaxOver(Seconds(start));
     net_per_host[phase] = meter.Stop();
+    storage_bytes[phase] = storage_read() - read_before;
     return seconds;
   };
   const int64_t slab_rows = m.rows / trainers;
@@ -240,6 +259,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     auto [stall, durable] = save(2, ckptd::Transport::kAuto);
     save(3, ckptd::Transport::kStream);  // the stream path's first use, like step 1
     auto [grpc_stall, grpc_durable] = save(4, ckptd::Transport::kStream);
+    save(5, ckptd::Transport::kAuto);  // each restore below reads a step of its own
     out = {{"stall_s", stall},
            {"cold_stall_s", cold_stall},
            {"save_s", durable},
@@ -251,11 +271,15 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   // Each restore runs twice: the first also pays for first touch of the client's
   // segment (page faults), which a trainer pays once per process; the second is the
   // steady state and is the one compared with the raw read.
-  const double cold_restore_s = restore(2, slab_rows * rank, slab_rows, "cold_restore");
+  // Each phase reads a step of its own, so that none finds the blocks the one before
+  // left in the daemons' read caches.
+  const double cold_restore_s = restore(1, slab_rows * rank, slab_rows, "cold_restore");
   const double restore_s = restore(2, slab_rows * rank, slab_rows, "restore");
   // Reshard: two row halves instead of `trainers` slabs; trainers t and t+2 share one.
-  const double cold_reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2, "cold_reshard_restore");
-  const double reshard_s = restore(2, (rank % 2) * (m.rows / 2), m.rows / 2, "reshard_restore");
+  const double cold_reshard_s = restore(3, (rank % 2) * (m.rows / 2), m.rows / 2, "cold_reshard_restore");
+  const double reshard_s = restore(4, (rank % 2) * (m.rows / 2), m.rows / 2, "reshard_restore");
+  // Data-parallel: every trainer restores the whole model.
+  const double dp_s = restore(5, 0, m.rows, "dp_restore");
   for (char* p : m.slabs) std::free(p);
   for (char* p : targets) std::free(p);
   const double gb = static_cast<double>(total) / 1e9;
@@ -268,7 +292,11 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
               {"restore_gbps", gb / restore_s},
               {"reshard_restore_s", reshard_s},
               // Every trainer receives half of every tensor: twice the checkpoint's bytes.
-              {"reshard_restore_gbps", 2 * gb / reshard_s}});
+              {"reshard_restore_gbps", 2 * gb / reshard_s},
+              // Every trainer receives everything: `trainers` times the checkpoint's bytes.
+              {"dp_restore_gbps", trainers * gb / dp_s},
+              {"dp_restore_delivered_bytes", trainers * total},
+              {"storage_bytes", storage_bytes}});
   if (!net_interface.empty()) out["net_per_host"] = net_per_host;
   return out;
 }

@@ -434,6 +434,132 @@ INSTANTIATE_TEST_SUITE_P(Hosts, PeerRestoreTest, ::testing::Values(2, 3),
                            return absl::StrCat(info.param, "Hosts");
                          });
 
+// read_once: in a data-parallel restore every trainer wants the whole model; each
+// data file is read from storage by one daemon and sent to the others.
+class ReadOnceTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  // The TLS config plus `extra` keys, as a file of its own.
+  std::string Config(const std::string& name, const std::string& extra) {
+    if (tls_config_.empty()) tls_config_ = WriteTlsConfig(tls_, GetParam().hosts);
+    const std::string path = tls_.Sub(name);
+    const std::string text = PosixFileSystem()->ReadFileToString(tls_config_, 1 << 20).value_or("");
+    EXPECT_TRUE(PosixFileSystem()->WriteFileAtomically(path, text + extra).ok());
+    return path;
+  }
+  TempDir tls_;
+  std::string tls_config_;
+};
+
+// Bytes of step 1's data files, each counted once wherever it is kept.
+int64_t DataFileBytes(const Cluster& cluster) {
+  std::map<std::string, int64_t> sizes;
+  for (int host = 0; host < cluster.hosts(); ++host) {
+    const std::string dir = JoinPath(cluster.HostRoot(host), "mh/step-00000001");
+    for (const std::string& name : PosixFileSystem()->ListDir(dir).value_or(std::vector<std::string>{})) {
+      if (name.rfind("ckpt.data-", 0) == 0) sizes[name] = *PosixFileSystem()->FileSize(JoinPath(dir, name));
+    }
+  }
+  int64_t total = 0;
+  for (const auto& [name, bytes] : sizes) total += bytes;
+  return total;
+}
+
+// Every trainer restores the whole model at once; returns the bytes the daemons read
+// from storage for it (the sum of their counters' growth).
+int64_t DataParallelRestore(const Cluster& cluster, int trainers) {
+  auto storage_read = [&] {
+    int64_t sum = 0;
+    for (int rank = 0; rank < cluster.hosts(); ++rank) {
+      auto status = cluster.Connect(rank)->Status();
+      EXPECT_TRUE(status.ok()) << status.status();
+      if (status.ok()) sum += status->restore_storage_bytes_read();
+    }
+    return sum;
+  };
+  const int64_t before = storage_read();
+  const int hosts = cluster.hosts();
+  std::vector<RestoreStats> stats(static_cast<size_t>(trainers));
+  auto results = RunTrainers(trainers, [&](int t) -> absl::Status {
+    std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+    int64_t count = 0;
+    RETURN_IF_ERROR(
+        cluster.Connect(t % hosts)
+            ->Restore("mh", 1,
+                      {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4},
+                       {.name = "count", .dtype = kDtInt64, .data = &count, .size = 8}},
+                      {.stats = &stats[static_cast<size_t>(t)]})
+            .status());
+    for (int s = 0; s < hosts; ++s) {
+      if (std::vector<float>(all.begin() + s * 128, all.begin() + (s + 1) * 128) != Rows(s, 1)) {
+        return absl::DataLossError(absl::StrCat("trainer ", t, ": rows of shard ", s, " differ"));
+      }
+    }
+    return count == 1 ? absl::OkStatus() : absl::DataLossError("count");
+  });
+  for (int t = 0; t < trainers; ++t) {
+    EXPECT_TRUE(results[t].ok()) << results[t];
+    EXPECT_EQ(stats[t].bytes_delivered, 8 * hosts * 16 * 4 + 8) << t;
+  }
+  return storage_read() - before;
+}
+
+TEST_P(ReadOnceTest, ADataParallelRestoreReadsEachStoredByteOnceAcrossTheJob) {
+  const int hosts = GetParam().hosts;
+  // A linger longer than the test, so that trainers need not overlap in time to share.
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = GetParam().local},
+                  {"--config", Config("once.yaml", "read_cache_linger: 10m\n")});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  const int64_t stored = DataFileBytes(cluster);
+  ASSERT_GT(stored, 8 * hosts * 16 * 4);
+  // Two trainers per host, all wanting everything: read amplification 1.
+  EXPECT_EQ(DataParallelRestore(cluster, 2 * hosts), stored);
+  // Read again within the linger: nothing more from storage.
+  EXPECT_EQ(DataParallelRestore(cluster, 2 * hosts), 0);
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+
+  // Without read_once and the cache, every host pays for every byte it needs: each
+  // host's trainers read each data file (own and peers') once per trainer.
+  cluster.AddArgs({"--config", Config("each.yaml", "read_once: false\nread_cache: 0\n")});
+  ASSERT_EQ(StartProblem(cluster), "");
+  EXPECT_EQ(DataParallelRestore(cluster, 2 * hosts), 2 * hosts * stored);
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+TEST(ReadOnceSharedRootTest, AReaderThatDoesNotAnswerIsReadAroundFromTheSharedRoot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls;
+  // Peer reads end within the commit timeout when the trainer sets no deadline.
+  Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = false},
+                  {"--config", WriteTlsConfig(tls, 2), "--commit-timeout", "3s"});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, 2, 1).ok());
+  const pid_t stopped = cluster.Pid(1);
+  ASSERT_GT(stopped, 0);
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  std::vector<float> all(static_cast<size_t>(8 * 2 * 16));
+  RestoreStats stats;
+  auto restored = cluster.Connect(0)->Restore(
+      "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}},
+      {.stats = &stats});
+  ::kill(stopped, SIGCONT);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 1)) << t;
+  }
+  // Both data files came from storage here, none from the stopped daemon.
+  EXPECT_EQ(stats.peer_bytes_received, 0);
+  EXPECT_EQ(stats.storage_bytes_read, DataFileBytes(cluster));
+  const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("cannot serve rank 1's data file, reading it here"), std::string::npos) << log;
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, ReadOnceTest, ::testing::Values(Mode{2, false}, Mode{2, true}), ModeName);
+
 // Replicas (local storage): each host's data file is also kept on the next host.
 class ReplicaTest : public ::testing::TestWithParam<int> {
  protected:

@@ -98,11 +98,22 @@ struct SaveOptions {
   Transport transport = Transport::kAuto;
 };
 
+// What one restore cost, as the daemon reports it: bytes of data files it read from
+// storage for this call (blocks its read cache held, because another restore or host
+// had just read them, are not counted), bytes it received from other hosts' daemons,
+// and bytes delivered into the targets.
+struct RestoreStats {
+  int64_t storage_bytes_read = 0;
+  int64_t peer_bytes_received = 0;
+  int64_t bytes_delivered = 0;
+};
+
 struct RestoreOptions {
   std::string mesh{};  // may differ from the mesh the checkpoint was saved on
   std::vector<int64_t> device_ids{};
   int trainer_id = 0;
   std::map<std::string, std::string>* trainer_state = nullptr;  // filled when set
+  RestoreStats* stats = nullptr;                                // filled when set
   absl::Duration timeout = absl::Minutes(10);
   Transport transport = Transport::kAuto;
 };

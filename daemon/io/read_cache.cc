@@ -1,0 +1,238 @@
+#include "daemon/io/read_cache.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ckptd {
+
+struct ReadCache::Extent {
+  explicit Extent(uint64_t bytes)
+      : data(static_cast<char*>(
+            std::aligned_alloc(4096, (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096))) {}
+  ~Extent() { std::free(data); }
+  Extent(const Extent&) = delete;
+  Extent& operator=(const Extent&) = delete;
+  char* data;
+};
+
+namespace {
+
+bool Under(const std::string& path, const std::string& dir) {
+  return path == dir || (absl::StartsWith(path, dir) && path.size() > dir.size() && path[dir.size()] == '/');
+}
+
+class CachedFile final : public RandomAccessFile {
+ public:
+  CachedFile(std::unique_ptr<RandomAccessFile> file, std::string path, ReadCache* cache, bool cached,
+             ReadCounts* counts)
+      : file_(std::move(file)), path_(std::move(path)), cache_(cache), cached_(cached), counts_(counts) {}
+  absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+    return cached_ ? cache_->Read(path_, *file_, offset, n, dst, counts_)
+                   : cache_->ReadThrough(*file_, offset, n, dst, counts_);
+  }
+  uint64_t Size() const override { return file_->Size(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> file_;
+  std::string path_;
+  ReadCache* cache_;
+  bool cached_;
+  ReadCounts* counts_;
+};
+
+void Count(ReadCounts* counts, ReadCounts& total, uint64_t bytes) {
+  total.storage_bytes += bytes;
+  if (counts != nullptr) counts->storage_bytes += bytes;
+}
+
+}  // namespace
+
+ReadCache::ReadCache(Options options) : options_(std::move(options)) {
+  if (!enabled()) return;
+  sweeper_ = std::thread([this] { Sweep(); });
+}
+
+ReadCache::~ReadCache() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+uint64_t ReadCache::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
+void ReadCache::Sweep() {
+  // Expired blocks are freed even when no read comes to push them out: an idle
+  // daemon gives its memory back within about a linger.
+  const absl::Duration period = std::clamp(options_.linger / 2, absl::Milliseconds(10), absl::Seconds(1));
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
+    EvictLocked(absl::Now());
+  }
+}
+
+void ReadCache::DropLocked(std::map<Key, std::shared_ptr<Block>>::iterator it) {
+  Block& block = *it->second;
+  if (block.held) {
+    lru_.erase(block.lru);
+    held_ -= block.length;
+    block.held = false;
+  }
+  blocks_.erase(it);
+}
+
+void ReadCache::EvictLocked(absl::Time now) {
+  while (!lru_.empty()) {
+    auto it = blocks_.find(lru_.front());
+    if (held_ <= options_.capacity_bytes && it->second->last_use + options_.linger > now) break;
+    DropLocked(it);
+  }
+}
+
+void ReadCache::Forget(const std::string& dir) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = blocks_.lower_bound({dir, 0});
+       it != blocks_.end() && absl::StartsWith(it->first.first, dir);) {
+    if (Under(it->first.first, dir)) {
+      auto next = std::next(it);
+      DropLocked(it);
+      it = next;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ReadCache::Fetch(const std::string& path, const RandomAccessFile& file, uint64_t first,
+                      const std::vector<std::shared_ptr<Block>>& run, ReadCounts* counts) {
+  const uint64_t start = first * options_.block_bytes;
+  const uint64_t end = std::min((first + run.size()) * options_.block_bytes, file.Size());
+  auto extent = std::make_shared<Extent>(end - start);
+  absl::Status fetched = extent->data == nullptr
+                             ? absl::ResourceExhaustedError(absl::StrCat("no memory to read ", path))
+                             : file.Read(start, static_cast<size_t>(end - start), extent->data);
+  if (fetched.ok()) Count(counts, total_, end - start);
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < run.size(); ++i) {
+    Block& block = *run[i];
+    block.extent = extent;
+    block.extent_offset = i * options_.block_bytes;
+    block.status = fetched;
+    block.ready = true;
+    block.last_use = now;
+    auto it = blocks_.find({path, first + i});
+    if (it == blocks_.end() || it->second != run[i]) continue;  // forgotten meanwhile
+    if (!fetched.ok()) {
+      blocks_.erase(it);  // the next reader tries storage again
+      continue;
+    }
+    lru_.push_back(it->first);
+    block.lru = std::prev(lru_.end());
+    block.held = true;
+    held_ += block.length;
+  }
+  EvictLocked(now);
+}
+
+absl::Status ReadCache::ReadThrough(const RandomAccessFile& file, uint64_t offset, size_t n, char* dst,
+                                    ReadCounts* counts) {
+  absl::Status s = file.Read(offset, n, dst);
+  if (s.ok()) Count(counts, total_, n);
+  return s;
+}
+
+absl::Status ReadCache::Read(const std::string& path, const RandomAccessFile& file, uint64_t offset, size_t n,
+                             char* dst, ReadCounts* counts) {
+  if (n == 0 || !enabled() || offset > file.Size() || n > file.Size() - offset) {
+    return ReadThrough(file, offset, n, dst, counts);  // (or its range error)
+  }
+  const uint64_t block_bytes = options_.block_bytes;
+  const uint64_t first = offset / block_bytes;
+  const uint64_t last = (offset + n - 1) / block_bytes;
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::vector<bool> mine;  // blocks this call fetches
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t b = first; b <= last; ++b) {
+      auto [it, added] = blocks_.try_emplace({path, b});
+      if (added) {
+        it->second = std::make_shared<Block>();
+        it->second->length = std::min((b + 1) * block_bytes, file.Size()) - b * block_bytes;
+      }
+      blocks.push_back(it->second);
+      mine.push_back(added);
+    }
+  }
+  // Runs of consecutive blocks nobody holds: one storage read each.
+  for (size_t i = 0; i < blocks.size();) {
+    if (!mine[i]) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < blocks.size() && mine[j]) ++j;
+    Fetch(path, file, first + i, {blocks.begin() + i, blocks.begin() + j}, counts);
+    i = j;
+  }
+  uint64_t hits = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Block& block = *blocks[i];
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&block.ready));
+      if (!block.status.ok()) return block.status;
+      if (block.held) {
+        block.last_use = absl::Now();
+        lru_.splice(lru_.end(), lru_, block.lru);
+      }
+    }
+    const uint64_t block_start = (first + i) * block_bytes;
+    const uint64_t from = std::max(block_start, offset);
+    const uint64_t to = std::min(block_start + block.length, offset + n);
+    std::memcpy(dst + (from - offset), block.extent->data + block.extent_offset + (from - block_start),
+                to - from);
+    if (!mine[i]) hits += to - from;
+  }
+  hit_bytes_ += hits;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> CachingFileSystem::NewRandomAccessFile(
+    const std::string& path) {
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = target()->NewRandomAccessFile(path);
+  if (!file.ok() || reads_ == Reads::kPassedOn || !cache_->IsDataFile(path)) return file;
+  return std::make_unique<CachedFile>(*std::move(file), path, cache_, reads_ == Reads::kCached, counts_);
+}
+
+absl::Status CachingFileSystem::Rename(const std::string& from, const std::string& to) {
+  cache_->Forget(from);
+  cache_->Forget(to);
+  absl::Status s = target()->Rename(from, to);
+  cache_->Forget(to);  // a reader may have cached the old `to` while the rename ran
+  return s;
+}
+
+absl::Status CachingFileSystem::DeleteFile(const std::string& path) {
+  absl::Status s = target()->DeleteFile(path);
+  cache_->Forget(path);
+  return s;
+}
+
+absl::Status CachingFileSystem::DeleteRecursively(const std::string& path) {
+  absl::Status s = target()->DeleteRecursively(path);
+  cache_->Forget(path);
+  return s;
+}
+
+}  // namespace ckptd

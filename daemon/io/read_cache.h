@@ -1,0 +1,138 @@
+// ReadCache: blocks of checkpoint data files that this daemon read from storage for
+// a restore, kept for a short while so that the other readers of the same bytes (the
+// host's other trainers, and the other hosts' daemons asking through the peer
+// channel) get them from memory: in a data-parallel restore, where every trainer
+// wants the whole model, each stored byte then leaves storage once across the job.
+//
+// A read is served in aligned blocks (block_bytes). A block another reader is
+// fetching right now is waited for, not fetched again; consecutive missing blocks of
+// one read are fetched with one large read (so a large entry still reaches the disk
+// as one request). A block stays for `linger` after its last use and while the
+// blocks held stay within `capacity_bytes` (least recently used goes first); a
+// background thread frees expired blocks, so an idle daemon holds nothing. Capacity
+// 0 turns caching off: reads go straight to storage and are only counted.
+//
+// Paths whose contents change (a step committed again under the same number) must be
+// forgotten: CachingFileSystem forgets every path under a directory it renames or
+// deletes. Thread-safe; owned by main, outlives every file system built on it.
+#ifndef CKPTD_DAEMON_IO_READ_CACHE_H_
+#define CKPTD_DAEMON_IO_READ_CACHE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/io/file_system.h"
+
+namespace ckptd {
+
+// What one restore (or the daemon, in total) read: from storage through this host's
+// file system, and from other hosts' daemons. Filled by the file systems the
+// restore reads through; atomics because a restore reads with several threads.
+struct ReadCounts {
+  std::atomic<uint64_t> storage_bytes{0};
+  std::atomic<uint64_t> peer_bytes{0};
+};
+
+class ReadCache {
+ public:
+  struct Options {
+    uint64_t capacity_bytes = uint64_t{1} << 30;
+    absl::Duration linger = absl::Seconds(5);
+    uint64_t block_bytes = uint64_t{4} << 20;  // a multiple of 4096
+    // Which files are cached and counted (data files); reads of the others (the
+    // index, ckptd.json: small, and read by every daemon by design) are passed on.
+    std::function<bool(const std::string& path)> data_file;
+  };
+  explicit ReadCache(Options options);
+  ~ReadCache();
+  ReadCache(const ReadCache&) = delete;
+  ReadCache& operator=(const ReadCache&) = delete;
+
+  // Reads [offset, offset + n) of `file`, whose path is `path`, into dst, from cached
+  // blocks where it can. Bytes fetched from storage are added to *counts (when not
+  // null) and to the daemon's total. Errors are the file's; a failed fetch leaves
+  // nothing cached.
+  absl::Status Read(const std::string& path, const RandomAccessFile& file, uint64_t offset, size_t n,
+                    char* dst, ReadCounts* counts);
+  // Reads straight from `file`, counting the bytes as Read does.
+  absl::Status ReadThrough(const RandomAccessFile& file, uint64_t offset, size_t n, char* dst,
+                           ReadCounts* counts);
+  // Drops every block of a path under `dir` (or of `dir` itself).
+  void Forget(const std::string& dir);
+
+  bool enabled() const { return options_.capacity_bytes > 0; }
+  bool IsDataFile(const std::string& path) const { return !options_.data_file || options_.data_file(path); }
+  // Totals since start: bytes fetched from storage for reads through the cache (and
+  // read-through reads), and bytes served from blocks already held.
+  uint64_t storage_bytes_read() const { return total_.storage_bytes.load(); }
+  uint64_t hit_bytes() const { return hit_bytes_.load(); }
+  uint64_t held_bytes() const;
+
+ private:
+  struct Extent;  // one fetch: aligned memory several blocks point into
+  struct Block {
+    std::shared_ptr<Extent> extent;
+    uint64_t extent_offset = 0;  // where this block starts inside the extent
+    uint64_t length = 0;
+    bool ready = false;   // fetched (or failed: then status is set and the block is gone)
+    absl::Status status;  // of the fetch
+    absl::Time last_use;
+    bool held = false;  // ready, ok, and in the cache (then `lru` is its place)
+    std::list<std::pair<std::string, uint64_t>>::iterator lru;
+  };
+  using Key = std::pair<std::string, uint64_t>;  // path, block index
+
+  // Fetches `run`, blocks first, first + 1, ... of `file`, as one read into one extent.
+  void Fetch(const std::string& path, const RandomAccessFile& file, uint64_t first,
+             const std::vector<std::shared_ptr<Block>>& run, ReadCounts* counts);
+  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLocked(std::map<Key, std::shared_ptr<Block>>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Sweep();
+
+  const Options options_;
+  ReadCounts total_;
+  std::atomic<uint64_t> hit_bytes_{0};
+  mutable absl::Mutex mu_;
+  std::map<Key, std::shared_ptr<Block>> blocks_ ABSL_GUARDED_BY(mu_);
+  std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // ready blocks, least recently used first
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;   // bytes of ready blocks
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sweeper_;
+};
+
+// A FileSystem over `target` whose renames and deletions make `cache` forget what
+// they touch, and whose reads are, per `reads`: kCached, through the cache, counted
+// into `counts` (may be null) and the cache's total; kCounted, straight from the
+// target but counted so (a directory the cache does not follow, like the drain);
+// kPassedOn, neither (the commit's own reads, which are not restores). Files it opens
+// refer to the cache, which must outlive them.
+class CachingFileSystem final : public FileSystemWrapper {
+ public:
+  enum class Reads { kCached, kCounted, kPassedOn };
+  CachingFileSystem(FileSystem* target, ReadCache* cache, Reads reads, ReadCounts* counts = nullptr)
+      : FileSystemWrapper(target), cache_(cache), reads_(reads), counts_(counts) {}
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
+  absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status DeleteFile(const std::string& path) override;
+  absl::Status DeleteRecursively(const std::string& path) override;
+
+ private:
+  ReadCache* cache_;
+  Reads reads_;
+  ReadCounts* counts_;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_IO_READ_CACHE_H_

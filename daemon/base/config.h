@@ -54,7 +54,7 @@ struct DaemonConfig {
   // use, within read_cache bytes, so that the host's other restores and the other
   // daemons get them without another storage read (0 bytes: no cache).
   int64_t read_cache_bytes = int64_t{1} << 30;
-  absl::Duration read_cache_linger = absl::Seconds(5);
+  absl::Duration read_cache_linger = absl::Seconds(30);
   // Every collective of a commit must finish within this, else the step fails.
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace ckptd {
 
@@ -31,6 +32,16 @@ class RandomAccessFile {
   // Reads exactly n bytes at offset into dst; reading past the end is OUT_OF_RANGE.
   virtual absl::Status Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual uint64_t Size() const = 0;
+  // Reads consecutive bytes from `offset` into `pieces`, in order, as one request
+  // where the file can (preadv): a large read into many buffers. This default reads
+  // piece by piece.
+  virtual absl::Status ReadV(uint64_t offset, const std::vector<absl::Span<char>>& pieces) const {
+    for (const absl::Span<char>& piece : pieces) {
+      if (absl::Status s = Read(offset, piece.size(), piece.data()); !s.ok()) return s;
+      offset += piece.size();
+    }
+    return absl::OkStatus();
+  }
 };
 
 class FileSystem {

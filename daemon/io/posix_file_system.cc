@@ -1,13 +1,17 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
@@ -210,6 +214,54 @@ class PosixRandomAccessFile : public RandomAccessFile {
   }
 
   uint64_t Size() const override { return size_; }
+
+  absl::Status ReadV(uint64_t offset, const std::vector<absl::Span<char>>& pieces) const override {
+    uint64_t total = 0;
+    bool aligned = offset % kBlock == 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      total += pieces[i].size();
+      // Every piece but the last whole blocks at aligned addresses; the last one's
+      // tail past its whole blocks is read buffered.
+      aligned = aligned && reinterpret_cast<uintptr_t>(pieces[i].data()) % kBlock == 0 &&
+                (i + 1 == pieces.size() || pieces[i].size() % kBlock == 0);
+    }
+    if (offset > size_ || total > size_ - offset) {
+      return absl::OutOfRangeError(absl::StrCat("read ", path_, ": bytes [", offset, ", ", offset + total,
+                                                ") lie past its end (", size_, ")"));
+    }
+    if (!aligned || pieces.size() < 2 || !direct_ok_.load(std::memory_order_relaxed) || direct_fd_ < 0) {
+      return RandomAccessFile::ReadV(offset, pieces);
+    }
+    std::vector<iovec> iov;
+    for (const absl::Span<char>& piece : pieces) iov.push_back({piece.data(), piece.size()});
+    const size_t tail = iov.back().iov_len % kBlock;
+    iov.back().iov_len -= tail;
+    if (iov.back().iov_len == 0) iov.pop_back();
+    const uint64_t whole = total - tail;
+    size_t first = 0;
+    for (uint64_t done = 0; done < whole;) {
+      const ssize_t got = ::preadv(direct_fd_, iov.data() + first,
+                                   static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)),
+                                   static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && errno == EINVAL && done == 0) {
+        direct_ok_ = false;  // refused after all: buffered from now on
+        return RandomAccessFile::ReadV(offset, pieces);
+      }
+      if (got < 0) return ErrnoToStatus(errno, absl::StrCat("read ", path_));
+      if (got == 0) return absl::DataLossError(absl::StrCat("read ", path_, ": file shrank"));
+      done += static_cast<uint64_t>(got);
+      for (size_t left = static_cast<size_t>(got); left > 0;) {  // past what was read
+        const size_t step = std::min(left, iov[first].iov_len);
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + step;
+        iov[first].iov_len -= step;
+        left -= step;
+        if (iov[first].iov_len == 0) ++first;
+      }
+    }
+    if (tail == 0) return absl::OkStatus();
+    return ReadFrom(fd_, offset + whole, tail, pieces.back().data() + (pieces.back().size() - tail));
+  }
 
  private:
   absl::Status ReadFrom(int fd, uint64_t offset, size_t n, char* dst) const {

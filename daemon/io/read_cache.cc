@@ -1,5 +1,7 @@
 #include "daemon/io/read_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,15 +12,34 @@
 
 namespace ckptd {
 
-struct ReadCache::Extent {
-  explicit Extent(uint64_t bytes)
-      : data(static_cast<char*>(
-            std::aligned_alloc(4096, (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096))) {}
-  ~Extent() { std::free(data); }
-  Extent(const Extent&) = delete;
-  Extent& operator=(const Extent&) = delete;
-  char* data;
-};
+ReadCache::Block::~Block() {
+  if (data != nullptr) owner->ReleaseBuffer(data);
+}
+
+char* ReadCache::AcquireBuffer() {
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (!pool_.empty()) {
+      char* buffer = pool_.back();
+      pool_.pop_back();
+      return buffer;
+    }
+  }
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = (options_.block_bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* buffer = std::aligned_alloc(kHugePage, bytes);
+  if (buffer != nullptr) ::madvise(buffer, bytes, MADV_HUGEPAGE);  // a hint; fine if refused
+  return static_cast<char*>(buffer);
+}
+
+void ReadCache::ReleaseBuffer(char* buffer) {
+  absl::MutexLock lock(&pool_mu_);
+  if ((pool_.size() + 1) * options_.block_bytes > options_.capacity_bytes) {
+    std::free(buffer);
+    return;
+  }
+  pool_.push_back(buffer);
+}
 
 namespace {
 
@@ -63,6 +84,14 @@ ReadCache::~ReadCache() {
     stopping_ = true;
   }
   if (sweeper_.joinable()) sweeper_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    lru_.clear();
+    blocks_.clear();
+  }
+  absl::MutexLock lock(&pool_mu_);
+  for (char* buffer : pool_) std::free(buffer);
+  pool_.clear();
 }
 
 uint64_t ReadCache::held_bytes() const {
@@ -78,6 +107,13 @@ void ReadCache::Sweep() {
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
     EvictLocked(absl::Now());
+    if (!lru_.empty()) continue;
+    std::vector<char*> idle;
+    {
+      absl::MutexLock pool_lock(&pool_mu_);
+      idle.swap(pool_);
+    }
+    for (char* buffer : idle) std::free(buffer);
   }
 }
 
@@ -116,18 +152,23 @@ void ReadCache::Forget(const std::string& dir) {
 void ReadCache::Fetch(const std::string& path, const RandomAccessFile& file, uint64_t first,
                       const std::vector<std::shared_ptr<Block>>& run, ReadCounts* counts) {
   const uint64_t start = first * options_.block_bytes;
-  const uint64_t end = std::min((first + run.size()) * options_.block_bytes, file.Size());
-  auto extent = std::make_shared<Extent>(end - start);
-  absl::Status fetched = extent->data == nullptr
-                             ? absl::ResourceExhaustedError(absl::StrCat("no memory to read ", path))
-                             : file.Read(start, static_cast<size_t>(end - start), extent->data);
-  if (fetched.ok()) Count(counts, total_, end - start);
+  uint64_t bytes = 0;
+  absl::Status fetched;
+  std::vector<absl::Span<char>> pieces;
+  for (const std::shared_ptr<Block>& block : run) {
+    // Not yet ready: no reader looks at `data` until `ready` is set under mu_.
+    block->data = AcquireBuffer();
+    if (block->data == nullptr)
+      fetched = absl::ResourceExhaustedError(absl::StrCat("no memory to read ", path));
+    pieces.emplace_back(block->data, block->length);
+    bytes += block->length;
+  }
+  if (fetched.ok()) fetched = file.ReadV(start, pieces);
+  if (fetched.ok()) Count(counts, total_, bytes);
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < run.size(); ++i) {
     Block& block = *run[i];
-    block.extent = extent;
-    block.extent_offset = i * options_.block_bytes;
     block.status = fetched;
     block.ready = true;
     block.last_use = now;
@@ -167,7 +208,7 @@ absl::Status ReadCache::Read(const std::string& path, const RandomAccessFile& fi
     for (uint64_t b = first; b <= last; ++b) {
       auto [it, added] = blocks_.try_emplace({path, b});
       if (added) {
-        it->second = std::make_shared<Block>();
+        it->second = std::make_shared<Block>(this);
         it->second->length = std::min((b + 1) * block_bytes, file.Size()) - b * block_bytes;
       }
       blocks.push_back(it->second);
@@ -200,8 +241,7 @@ absl::Status ReadCache::Read(const std::string& path, const RandomAccessFile& fi
     const uint64_t block_start = (first + i) * block_bytes;
     const uint64_t from = std::max(block_start, offset);
     const uint64_t to = std::min(block_start + block.length, offset + n);
-    std::memcpy(dst + (from - offset), block.extent->data + block.extent_offset + (from - block_start),
-                to - from);
+    std::memcpy(dst + (from - offset), block.data + (from - block_start), to - from);
     if (!mine[i]) hits += to - from;
   }
   hit_bytes_ += hits;

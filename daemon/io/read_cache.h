@@ -80,10 +80,13 @@ class ReadCache {
   uint64_t held_bytes() const;
 
  private:
-  struct Extent;  // one fetch: aligned memory several blocks point into
   struct Block {
-    std::shared_ptr<Extent> extent;
-    uint64_t extent_offset = 0;  // where this block starts inside the extent
+    explicit Block(ReadCache* owner) : owner(owner) {}
+    ~Block();
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+    ReadCache* owner;
+    char* data = nullptr;  // block_bytes of pooled memory, set by the fetch
     uint64_t length = 0;
     bool ready = false;   // fetched (or failed: then status is set and the block is gone)
     absl::Status status;  // of the fetch
@@ -93,9 +96,14 @@ class ReadCache {
   };
   using Key = std::pair<std::string, uint64_t>;  // path, block index
 
-  // Fetches `run`, blocks first, first + 1, ... of `file`, as one read into one extent.
+  // Fetches `run`, blocks first, first + 1, ... of `file`, as one read (ReadV).
   void Fetch(const std::string& path, const RandomAccessFile& file, uint64_t first,
              const std::vector<std::shared_ptr<Block>>& run, ReadCounts* counts);
+  // Block memory: 2 MiB-aligned and advised for huge pages (fresh memory is touched
+  // far faster that way), and reused: freed blocks wait in a pool, which the
+  // sweeper empties once nothing is held.
+  char* AcquireBuffer();
+  void ReleaseBuffer(char* buffer);
   void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(std::map<Key, std::shared_ptr<Block>>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Sweep();
@@ -108,6 +116,8 @@ class ReadCache {
   std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // ready blocks, least recently used first
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;   // bytes of ready blocks
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex pool_mu_;
+  std::vector<char*> pool_ ABSL_GUARDED_BY(pool_mu_);
   std::thread sweeper_;
 };
 

@@ -42,6 +42,32 @@ void ReadRangesAndCheck(FileSystem* fs, const std::string& path, const std::stri
   }
   // Past the end is refused, not short.
   EXPECT_TRUE(absl::IsOutOfRange((*file)->Read(expected.size() - 10, 4096, dst.data)));
+  // ReadV: one request into aligned whole-block pieces with a short last one (the
+  // preadv path), into unaligned pieces (piece by piece), and past the end.
+  const std::vector<std::vector<std::pair<size_t, size_t>>> layouts = {
+      {{0, 4 << 20}, {8 << 20, 4 << 20}, {4 << 20, (1 << 20) + 77}},  // dst offset, size
+      {{1, 4096}, {8192, 100}, {20000, 5000}}};
+  for (uint64_t offset : {uint64_t{0}, uint64_t{4096} * 3}) {
+    for (const auto& layout : layouts) {
+      std::vector<absl::Span<char>> pieces;
+      size_t total = 0;
+      for (const auto& [at, size] : layout) {
+        std::memset(dst.data + at, 0, size);
+        pieces.emplace_back(dst.data + at, size);
+        total += size;
+      }
+      if (offset + total > expected.size()) continue;
+      ASSERT_TRUE((*file)->ReadV(offset, pieces).ok()) << offset;
+      uint64_t at_file = offset;
+      for (const absl::Span<char>& piece : pieces) {
+        EXPECT_EQ(std::memcmp(piece.data(), expected.data() + at_file, piece.size()), 0) << at_file;
+        at_file += piece.size();
+      }
+    }
+  }
+  std::vector<absl::Span<char>> past = {absl::Span<char>(dst.data, 4096),
+                                        absl::Span<char>(dst.data + 4096, 4096)};
+  EXPECT_TRUE(absl::IsOutOfRange((*file)->ReadV(expected.size() - 4096, past)));
 }
 
 void WriteMixAndCheck(FileSystem* fs, const std::string& path) {

@@ -19,6 +19,12 @@ class CountingFile final : public RandomAccessFile {
  public:
   explicit CountingFile(std::string data) : data_(std::move(data)) {}
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+    return ReadV(offset, {absl::Span<char>(dst, n)});
+  }
+  // One storage request however many pieces.
+  absl::Status ReadV(uint64_t offset, const std::vector<absl::Span<char>>& pieces) const override {
+    size_t n = 0;
+    for (const absl::Span<char>& piece : pieces) n += piece.size();
     if (offset + n > data_.size()) return absl::OutOfRangeError("past the end");
     if (reads_++ == 0 && gate_ != nullptr) {
       entered_.Notify();
@@ -29,7 +35,10 @@ class CountingFile final : public RandomAccessFile {
       return absl::DataLossError("injected");
     }
     bytes_ += n;
-    data_.copy(dst, n, offset);
+    for (const absl::Span<char>& piece : pieces) {
+      data_.copy(piece.data(), piece.size(), offset);
+      offset += piece.size();
+    }
     return absl::OkStatus();
   }
   uint64_t Size() const override { return data_.size(); }

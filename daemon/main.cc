@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
+#include "daemon/base/command_line.h"
 #include "daemon/base/config.h"
 #include "daemon/base/logging.h"
 #include "daemon/base/status.h"
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
   app.add_option("--drain-bandwidth", flags.drain_bandwidth,
                  "per-host drain rate limit, e.g. 200MB/s (0 = none)");
   app.set_version_flag("--version", ckptd::wire::kVersion);
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptd")) return *ended;
 
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   absl::StatusOr<ckptd::DaemonConfig> loaded = LoadConfig(fs, flags);

@@ -4,8 +4,12 @@
 #include <optional>
 #include <string>
 
+#include "ckptd/v1/wire.h"
 #include "client/ckptctl/commands.h"
 #include "client/ckptctl/daemon_file_system.h"
+#include "daemon/base/command_line.h"
+#include "daemon/base/config.h"
+#include "daemon/base/status.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -16,7 +20,7 @@ int main(int argc, char** argv) {
   std::string target, second, pattern, out_dir, format = "npy", run, dtype_name;
   int keep_last = 0, keep_every = 0;
   int64_t step = -1;
-  double timeout_seconds = 600;
+  std::string timeout_text = "10m";
   ckptctl::DaemonFlags daemon;
   const char* kCheckpointHelp =
       "checkpoint prefix, step directory or run directory (its newest step); with --address, a run name";
@@ -82,8 +86,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("wait", "block until RUN STEP is committed on every host (exit 1 if it fails)");
   wait->add_option("RUN", run, "run name")->required();
   wait->add_option("STEP", step, "step")->required();
-  wait->add_option("--timeout", timeout_seconds, "seconds to wait (exit 3 when they pass)")
-      ->check(CLI::PositiveNumber);
+  wait->add_option("--timeout", timeout_text,
+                   "how long to wait: 30s, 10m, 1h, or seconds (exit 3 when it passes)");
   daemon.AddTo(wait);
   wait->add_flag("--json", as_json, "print JSON");
 
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   restore->add_flag("--json", as_json, "print JSON");
 
   for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", ckptd::wire::kVersion);
+  if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptctl")) return *ended;
   if (ls->parsed()) {
     return ls->count("--address") > 0 ? ckptctl::LsThroughDaemon(daemon, target, as_json)
                                       : ckptctl::Ls(target, as_json);
@@ -122,7 +127,11 @@ int main(int argc, char** argv) {
   if (diff->parsed()) return ckptctl::Diff(target, second, pattern, as_json);
   if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, as_json);
   if (status->parsed()) return ckptctl::Status(daemon, as_json);
-  if (wait->parsed()) return ckptctl::Wait(daemon, run, step, timeout_seconds, as_json);
+  if (wait->parsed()) {
+    absl::StatusOr<absl::Duration> timeout = ckptd::ParseDuration(timeout_text);
+    if (!timeout.ok()) return ckptctl::Error(ckptd::Annotate(timeout.status(), "--timeout"));
+    return ckptctl::Wait(daemon, run, step, absl::ToDoubleSeconds(*timeout), as_json);
+  }
   if (restore->parsed()) {
     return ckptctl::Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern,
                             out_dir, dtype_name, as_json);

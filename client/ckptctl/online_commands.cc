@@ -218,8 +218,11 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
   std::optional<int> dtype;
   if (!dtype_name.empty()) {
     dtype = ckptd::DataTypeFromName(dtype_name);
-    if (!dtype.has_value())
-      return Error(absl::InvalidArgumentError(absl::StrCat("--dtype: unknown '", dtype_name, "'")));
+    if (!dtype.has_value()) {
+      return Error(absl::InvalidArgumentError(
+          absl::StrCat("--dtype: unknown '", dtype_name,
+                       "' (want e.g. float32, bfloat16, float16, or TF's float, half)")));
+    }
   }
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
@@ -258,7 +261,11 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
     target.data = bytes.data();
     target.size = bytes.size();
     auto restored = (*client)->Restore(run, listed->step(), {target});
-    if (!restored.ok()) return Error(restored.status());
+    if (!restored.ok()) {
+      // A checksum failure is a problem found in the checkpoint (as verify reports it).
+      Error(restored.status());
+      return absl::IsDataLoss(restored.status()) ? kFound : kError;
+    }
     const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(name) + ".npy");
     absl::Status s = fs->CreateDirs(ckptd::DirName(path), 0755);
     if (s.ok()) s = ckptd::WriteNpy(fs, path, want, shape, bytes);

@@ -1,7 +1,11 @@
 #include "daemon/base/dtype.h"
 
 #include <array>
+#include <map>
+#include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
 namespace ckptd {
@@ -45,8 +49,22 @@ std::string DataTypeName(int dtype) {
 }
 
 std::optional<int> DataTypeFromName(const std::string& name) {
+  std::string n = absl::AsciiStrToLower(name);
+  // "torch.float32", "np.float32", "tf.float32", "DT_FLOAT": the same names.
+  for (absl::string_view prefix : {"torch.", "numpy.", "np.", "tf.", "dt_"}) {
+    if (absl::StartsWith(n, prefix)) {
+      n = n.substr(prefix.size());
+      break;
+    }
+  }
+  static const std::map<std::string, std::string, std::less<>> kAliases = {
+      {"float32", "float"}, {"float64", "double"},   {"float16", "half"},      {"fp32", "float"},
+      {"fp64", "double"},   {"fp16", "half"},        {"bf16", "bfloat16"},     {"f32", "float"},
+      {"f64", "double"},    {"f16", "half"},         {"long", "int64"},        {"short", "int16"},
+      {"bool_", "bool"},    {"cfloat", "complex64"}, {"cdouble", "complex128"}};
+  if (auto alias = kAliases.find(n); alias != kAliases.end()) n = alias->second;
   for (const TypeInfo& info : kTypes) {
-    if (info.name == name) return info.dtype;
+    if (info.name == n) return info.dtype;
   }
   return std::nullopt;
 }

@@ -39,7 +39,9 @@ enum DataType : int {
 // "float", "int64", "bfloat16", "string"... or "dtype_<n>" for a number TF lacks.
 std::string DataTypeName(int dtype);
 
-// Parses a name as DataTypeName prints it; nullopt if unknown.
+// Parses a dtype name: as DataTypeName prints it (TF's: float, half, bfloat16, int64,
+// ...), as numpy and PyTorch users write it (float32, float16, torch.bfloat16, fp16,
+// long), or as TF's enum (DT_FLOAT); any case. nullopt if unknown.
 std::optional<int> DataTypeFromName(const std::string& name);
 
 // Bytes per element of a fixed-size type; 0 for variable-size or unknown types.

@@ -179,7 +179,9 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
     assert "LAST COMMIT" in ckptctl("status", env=env).stdout
 
     assert ckptctl("wait", "on", 3, env=env).returncode == 0
+    assert ckptctl("wait", "on", 3, "--timeout", "10m", env=env).returncode == 0
     assert ckptctl("wait", "on", 99, "--timeout", "1", env=env).returncode == 3
+    assert ckptctl("wait", "on", 99, "--timeout", "500ms", env=env).returncode == 3
     # A step that fails: the two trainers disagree on a tensor's shape.
     clients = [job.client(t) for t in range(2)]
     for t, c in enumerate(clients):
@@ -196,10 +198,47 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
     assert np.array_equal(np.load(tmp_path / "r" / "dense" / "kernel.npy"), tensors["dense/kernel"])
     assert np.array_equal(np.load(tmp_path / "r" / "embedding.npy"), tensors["embedding"])
     assert not (tmp_path / "r" / "flags.npy").exists()
-    r = ckptctl("restore", "on", "--step", 3, "--out", tmp_path / "h", "--dtype", "half", "--tensors", "bias",
-                env=env)
-    assert r.returncode == 0, r.stderr
-    assert np.load(tmp_path / "h" / "dense" / "bias.npy").dtype == np.float16
+    # dtypes as TF, numpy and PyTorch users write them.
+    for name, want in [("half", np.float16), ("float16", np.float16), ("torch.float16", np.float16),
+                       ("float32", np.float32), ("DT_FLOAT", np.float32)]:
+        r = ckptctl("restore", "on", "--step", 3, "--out", tmp_path / name, "--dtype", name, "--tensors", "bias",
+                    env=env)
+        assert r.returncode == 0, r.stderr
+        back = np.load(tmp_path / name / "dense" / "bias.npy")
+        assert back.dtype == want and np.array_equal(back, tensors["dense/bias"].astype(want)), name
+    r = ckptctl("restore", "on", "--out", tmp_path / "x", "--dtype", "float33", env=env)
+    assert r.returncode == 2 and "unknown 'float33'" in r.stderr, r.stderr
+
+
+def test_a_checksum_failure_during_restore_exits_one(job, tmp_path):
+    run_dir = save(job, "torn", 2, model(2))
+    data = os.path.join(run_dir, "step-00000002", "ckpt.data-00000-of-00002")
+    with open(data, "r+b") as f:
+        f.seek(0)
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(0))
+    r = ckptctl("restore", "torn", "--out", tmp_path / "r", env=env)
+    assert r.returncode == 1 and "DATA_LOSS" not in r.stderr and "checksum" in r.stderr.lower(), r.stderr
+
+
+def test_usage_errors_exit_two_and_suggest_the_command_meant():
+    r = ckptctl()
+    assert r.returncode == 2 and "one of: ls" in r.stderr, r.stderr
+    r = ckptctl("verfy", "/tmp")
+    assert r.returncode == 2 and "did you mean 'verify'" in r.stderr, r.stderr
+    r = ckptctl("ls", "--jsn", "/tmp")
+    assert r.returncode == 2 and "did you mean '--json'" in r.stderr, r.stderr
+    assert ckptctl("wait", "run", "abc").returncode == 2
+    r = ckptctl("wait", "run", "1", "--timeout", "10x")
+    assert r.returncode == 2 and "--timeout" in r.stderr, r.stderr
+    for binary in (CKPTCTL, os.environ.get("CKPTD_BINARY", "ckptd")):
+        r = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip(), r.stdout + r.stderr
+    r = subprocess.run([os.environ.get("CKPTD_BINARY", "ckptd"), "--rot", "/tmp/x"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "did you mean '--root'" in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,

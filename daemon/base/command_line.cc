@@ -1,0 +1,106 @@
+#include "daemon/base/command_line.h"
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ckptd {
+namespace {
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate closest to `word`, if it is close enough to be a typo.
+std::optional<std::string> Closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(word, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+// What went wrong, for the first word that is neither a subcommand (in first place)
+// nor a flag of the subcommand given, with the closest known one; else CLI11's own
+// message. *sub: the subcommand named, if any.
+std::string Problem(CLI::App& app, int argc, char** argv, const std::string& what, CLI::App** named) {
+  std::vector<std::string> subcommands;
+  for (const CLI::App* sub : app.get_subcommands({})) subcommands.push_back(sub->get_name());
+  CLI::App* sub = &app;  // without subcommands, the flags are the app's own
+  int first_flag = 1;
+  *named = nullptr;
+  if (!subcommands.empty()) {
+    const std::string one_of = absl::StrCat("; one of: ", absl::StrJoin(subcommands, ", "));
+    if (argc < 2) return absl::StrCat(what, one_of);
+    first_flag = 2;
+    sub = nullptr;
+    for (CLI::App* s : app.get_subcommands({})) {
+      if (s->get_name() == argv[1]) sub = s;
+    }
+    const std::string first = argv[1];
+    if (sub == nullptr) {
+      if (first.rfind("-", 0) == 0) return what;
+      std::optional<std::string> near = Closest(first, subcommands);
+      return absl::StrCat("unknown command '", first, "'",
+                          near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : one_of);
+    }
+    *named = sub;
+  }
+  std::vector<std::string> flags;
+  for (const CLI::Option* option : sub->get_options()) {
+    for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+  }
+  for (int i = first_flag; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.rfind("--", 0) != 0) continue;
+    word = word.substr(0, word.find('='));
+    if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
+    std::optional<std::string> near = Closest(word, flags);
+    return absl::StrCat("unknown flag '", word, "'",
+                        near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : "");
+  }
+  return what;
+}
+
+}  // namespace
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv, absl::string_view program) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    CLI::App* named = nullptr;
+    const std::string problem = Problem(app, argc, argv, e.what(), &named);
+    std::cerr << program << ": " << problem << "\nRun '" << program << " "
+              << (named != nullptr ? named->get_name() + " " : "") << "--help' for usage." << std::endl;
+    return kUsageError;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ckptd

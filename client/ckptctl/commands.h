@@ -27,6 +27,13 @@ void ReadCheckpointsThrough(ckptd::FileSystem* fs);
 int Ls(const std::string& run_dir, bool as_json);
 int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json);
 int Verify(const std::string& checkpoint, bool as_json, bool quiet);
+// Every committed step of a run directory; exit 1 if any has a problem.
+int VerifyAll(const std::string& run_dir, bool as_json, bool quiet);
+// The newest committed step of a run directory (with `verified`, the newest whose
+// every checksum holds, naming the steps skipped); exit 1 when none verifies.
+int Latest(const std::string& run_dir, bool verified, bool as_json);
+// The bundle prefix of `step` in a run directory (what --step names offline).
+std::string StepOf(const std::string& run_dir, int64_t step);
 int Export(const std::string& checkpoint, const std::string& format, const std::string& out_dir,
            const std::string& pattern, bool as_json);
 int Diff(const std::string& a, const std::string& b, const std::string& pattern, bool as_json);
@@ -44,9 +51,11 @@ int Status(const DaemonFlags& flags, bool as_json);
 int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
          bool as_json);
 // step: nullopt = the newest committed. dtype_name: empty = as stored (bfloat16 as float).
+// fallback (no step): if the newest step fails its checksums, the newest older one
+// that restores whole; the files of a failed attempt are removed.
 int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
             const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool as_json);
+            bool fallback, bool as_json);
 
 }  // namespace ckptctl
 

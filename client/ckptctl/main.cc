@@ -24,12 +24,12 @@ int main(int argc, char** argv) {
   ckptctl::DaemonFlags daemon;
   const char* kCheckpointHelp =
       "checkpoint prefix, step directory or run directory (its newest step); with --address, a run name";
-  const char* kStepHelp = "with --address: the step (default: the newest committed)";
   const char* kRegexHelp = "only tensors whose name matches this regular expression (ECMAScript, searched)";
 
-  CLI::App* ls =
-      app.add_subcommand("ls", "list a run's committed steps: size, creation time, commit time, latest");
-  ls->add_option("DIR", target, "run directory (<root>/<run>); with --address, a run name")->required();
+  CLI::App* ls = app.add_subcommand(
+      "ls", "list a run's committed steps (size, creation time, commit time, latest), or a root's runs");
+  ls->add_option("DIR", target, "run directory (<root>/<run>) or a root; with --address, a run name")
+      ->required();
   daemon.AddTo(ls);
   ls->add_flag("--json", as_json, "print JSON");
 
@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
   verify->add_option("PREFIX", target, kCheckpointHelp)->required();
   verify->add_flag("--json", as_json, "print one JSON object");
   verify->add_flag("-q,--quiet", quiet, "no progress");
+  bool all_steps = false, verified = false, fallback = false;
+  verify->add_flag("--all", all_steps, "every committed step of the run directory");
+
+  CLI::App* latest = app.add_subcommand("latest", "the newest committed step of a run directory");
+  latest->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  latest->add_flag("--verified", verified, "the newest step whose every checksum holds (reads them all)");
+  latest->add_flag("--json", as_json, "print JSON");
 
   CLI::App* exporter =
       app.add_subcommand("export", "write tensors as whole arrays: .npy files or one model.safetensors");
@@ -56,7 +63,9 @@ int main(int argc, char** argv) {
   exporter->add_option("--tensors", pattern, kRegexHelp);
   exporter->add_flag("--json", as_json, "print JSON");
   for (CLI::App* sub : {inspect, verify, exporter}) {  // these also read through a daemon
-    sub->add_option("--step", step, kStepHelp);
+    sub->add_option(
+        "--step", step,
+        "the step of a run directory, or with --address of the run (default: the newest committed)");
     daemon.AddTo(sub);
   }
 
@@ -96,6 +105,9 @@ int main(int argc, char** argv) {
   restore->add_option("--step", step, "step (default: the newest committed)");
   restore->add_option("--tensors", pattern, kRegexHelp);
   restore->add_option("--out", out_dir, "output directory (created)")->required();
+  restore->add_flag(
+      "--fallback", fallback,
+      "without --step: if the newest step fails its checksums, the newest older one that passes");
   restore->add_option(
       "--dtype", dtype_name,
       "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
@@ -121,8 +133,20 @@ int main(int argc, char** argv) {
     ckptctl::ReadCheckpointsThrough(through_daemon.get());
     target = *prefix;
   }
+  // Offline, --step picks a step of a run directory.
+  for (CLI::App* sub : {inspect, verify, exporter}) {
+    if (sub->parsed() && through_daemon == nullptr && step >= 0) target = ckptctl::StepOf(target, step);
+  }
   if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json);
+  if (verify->parsed() && all_steps) {
+    if (step >= 0 || through_daemon != nullptr) {
+      return ckptctl::Error(
+          absl::InvalidArgumentError("verify --all takes a run directory, without --step or --address"));
+    }
+    return ckptctl::VerifyAll(target, as_json, quiet);
+  }
   if (verify->parsed()) return ckptctl::Verify(target, as_json, quiet);
+  if (latest->parsed()) return ckptctl::Latest(target, verified, as_json);
   if (exporter->parsed()) return ckptctl::Export(target, format, out_dir, pattern, as_json);
   if (diff->parsed()) return ckptctl::Diff(target, second, pattern, as_json);
   if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, as_json);
@@ -133,8 +157,12 @@ int main(int argc, char** argv) {
     return ckptctl::Wait(daemon, run, step, absl::ToDoubleSeconds(*timeout), as_json);
   }
   if (restore->parsed()) {
+    if (fallback && step >= 0) {
+      return ckptctl::Error(
+          absl::InvalidArgumentError("restore: --fallback goes with the newest step, not --step"));
+    }
     return ckptctl::Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern,
-                            out_dir, dtype_name, as_json);
+                            out_dir, dtype_name, fallback, as_json);
   }
   return ckptctl::kError;
 }

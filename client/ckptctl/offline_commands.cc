@@ -34,11 +34,33 @@ using ckptd::BundleReader;
 // Accepts a bundle prefix, a step directory (holding ckpt.index), a run directory
 // (holding TF's `checkpoint` state file, which names the newest prefix) or a
 // directory holding exactly one PREFIX.index.
+std::string TrimSlashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+// A ckptd run directory <root>/<run>: its committed steps, ascending, as ls finds
+// them (step-* directories holding ckpt.index); empty for any other directory.
+std::vector<int64_t> CommittedSteps(ckptd::FileSystem* fs, const std::string& dir) {
+  const std::string trimmed = TrimSlashes(dir);
+  const ckptd::CheckpointStore store(fs, ckptd::DirName(trimmed));
+  return store.ListSteps(trimmed.substr(trimmed.rfind('/') + 1)).value_or(std::vector<int64_t>{});
+}
+
+std::string StepPrefix(const std::string& run_dir, int64_t step) {
+  return ckptd::CheckpointStore::Prefix(
+      ckptd::JoinPath(TrimSlashes(run_dir), ckptd::CheckpointStore::StepDirName(step)));
+}
+
 absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::string& arg) {
   if (fs->Exists(ckptd::IndexPath(arg))) return arg;
   if (fs->IsDirectory(arg)) {
     const std::string in_dir = ckptd::CheckpointStore::Prefix(arg);
     if (fs->Exists(ckptd::IndexPath(in_dir))) return in_dir;
+    // A ckptd run directory: its newest committed step, as ls and latest find it.
+    if (const std::vector<int64_t> steps = CommittedSteps(fs, arg); !steps.empty()) {
+      return StepPrefix(arg, steps.back());
+    }
     const std::string state_path = ckptd::JoinPath(arg, "checkpoint");
     if (fs->Exists(state_path)) {
       auto text = fs->ReadFileToString(state_path, 1 << 20);
@@ -125,9 +147,12 @@ struct RunDir {
 
 absl::StatusOr<RunDir> OpenRunDir(const std::string& dir) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
-  std::string trimmed = dir;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string trimmed = TrimSlashes(dir);
   if (!fs->IsDirectory(trimmed)) return absl::NotFoundError(absl::StrCat(dir, " is not a directory"));
+  if (fs->Exists(ckptd::IndexPath(ckptd::CheckpointStore::Prefix(trimmed)))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, " is a step directory; this command takes a run directory (<root>/<run>)"));
+  }
   return RunDir{trimmed.substr(trimmed.rfind('/') + 1), ckptd::CheckpointStore(fs, ckptd::DirName(trimmed))};
 }
 
@@ -137,6 +162,27 @@ void ReadCheckpointsThrough(ckptd::FileSystem* fs) { checkpoint_fs = fs; }
 
 // --- ls ---------------------------------------------------------------------------
 
+// ls of a root: its runs, each with its committed steps and newest step.
+int LsRuns(const std::string& root, const std::vector<std::string>& runs, bool as_json) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  const ckptd::CheckpointStore store(fs, TrimSlashes(root));
+  json out = json::array();
+  if (!as_json) std::printf("%-24s  %6s  %12s  %s\n", "RUN", "STEPS", "LATEST", "PATH");
+  for (const std::string& run : runs) {
+    const std::vector<int64_t> steps = store.ListSteps(run).value_or(std::vector<int64_t>{});
+    if (steps.empty()) continue;
+    if (as_json) {
+      out.push_back(
+          {{"run", run}, {"steps", steps.size()}, {"latest", steps.back()}, {"path", store.RunDir(run)}});
+    } else {
+      std::printf("%-24s  %6zu  %12lld  %s\n", run.c_str(), steps.size(),
+                  static_cast<long long>(steps.back()), store.RunDir(run).c_str());
+    }
+  }
+  if (as_json) PrintJson(out);
+  return kOk;
+}
+
 int Ls(const std::string& dir, bool as_json) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   auto run_dir = OpenRunDir(dir);
@@ -145,6 +191,19 @@ int Ls(const std::string& dir, bool as_json) {
   const ckptd::CheckpointStore& store = run_dir->store;
   auto steps = store.ListSteps(run);
   if (!steps.ok()) return Error(steps.status());
+  if (steps->empty()) {
+    // Not a run with steps: a root holding runs, or the wrong directory.
+    const ckptd::CheckpointStore as_root(fs, TrimSlashes(dir));
+    std::vector<std::string> runs;
+    for (const std::string& r : as_root.ListRuns().value_or(std::vector<std::string>{})) {
+      if (!as_root.ListSteps(r).value_or(std::vector<int64_t>{}).empty()) runs.push_back(r);
+    }
+    if (!runs.empty()) return LsRuns(dir, runs, as_json);
+    if (!fs->Exists(ckptd::JoinPath(TrimSlashes(dir), "checkpoint"))) {
+      return Error(absl::NotFoundError(absl::StrCat(
+          dir, " holds no committed step and no run (want a run directory <root>/<run> or a root)")));
+    }
+  }
   std::vector<StepRow> rows;
   for (int64_t step : *steps) {
     const std::string path = store.StepDir(run, step);
@@ -237,46 +296,146 @@ int Inspect(const std::string& arg, const std::string& pattern, bool as_json) {
 }
 
 // --- verify -----------------------------------------------------------------------
-int Verify(const std::string& arg, bool as_json, bool quiet) {
-  std::string prefix;
-  auto reader = OpenCheckpoint(arg, &prefix);
-  if (!reader.ok()) {
-    if (prefix.empty()) return Error(reader.status());  // no checkpoint there at all
-    std::cerr << "ckptctl verify: " << reader.status().message() << std::endl;
-    if (as_json)
-      PrintJson({{"prefix", prefix}, {"ok", false}, {"problems", {std::string(reader.status().message())}}});
-    return kFound;
-  }
+namespace {
+
+// One checkpoint checked: every entry's bytes against its checksum.
+struct Verified {
+  std::string prefix;  // empty: no checkpoint found at all
+  std::string open_problem;
   std::vector<std::string> problems;
   int64_t bytes = 0;
+  int checked = 0;
+  HostPart part;
+  bool ok() const { return open_problem.empty() && problems.empty(); }
+};
+
+Verified VerifyPrefix(const std::string& arg, bool progress_on_tty) {
+  Verified v;
+  auto reader = OpenCheckpoint(arg, &v.prefix);
+  if (!reader.ok()) {
+    v.open_problem = std::string(reader.status().message());
+    return v;
+  }
   Progress progress("verify");
   // One host's part of a local-storage checkpoint: check what is here, say where the
   // rest is. A part with none of the data files is a problem, not a pass.
-  const HostPart part = PartHere(prefix, ReadMeta(prefix));
-  int checked = 0;
-  if (!part.elsewhere.empty() && part.here.empty()) {
-    problems.push_back(part.Note(prefix));
+  v.part = PartHere(v.prefix, ReadMeta(v.prefix));
+  if (!v.part.elsewhere.empty() && v.part.here.empty()) {
+    v.problems.push_back(v.part.Note(v.prefix));
+    return v;
+  }
+  v.checked = (*reader)->VerifyAll(
+      &v.problems, &v.bytes,
+      [&](int64_t done, int64_t total) {
+        if (progress_on_tty) progress.Update(done, total);
+      },
+      v.part.here);
+  return v;
+}
+
+json VerifiedJson(const Verified& v) {
+  if (!v.open_problem.empty()) return {{"prefix", v.prefix}, {"ok", false}, {"problems", {v.open_problem}}};
+  json out = {{"prefix", v.prefix},   {"ok", v.ok()},     {"complete", v.part.elsewhere.empty()},
+              {"entries", v.checked}, {"bytes", v.bytes}, {"problems", v.problems}};
+  if (!v.part.elsewhere.empty()) out["shards_elsewhere"] = v.part.elsewhere;
+  return out;
+}
+
+void PrintVerified(const Verified& v) {
+  if (!v.open_problem.empty()) {
+    std::cerr << "ckptctl verify: " << v.open_problem << std::endl;
+    return;
+  }
+  for (const std::string& line : v.problems) std::cerr << "FAIL " << line << std::endl;
+  if (!v.part.elsewhere.empty() && !v.part.here.empty())
+    std::printf("note: %s\n", v.part.Note(v.prefix).c_str());
+  std::printf("%s: %d entries checked, %lld bytes, %zu problem(s)\n", v.prefix.c_str(), v.checked,
+              static_cast<long long>(v.bytes), v.problems.size());
+}
+
+// The committed steps of a run directory, or why there are none to look at.
+absl::StatusOr<std::vector<int64_t>> RunSteps(const std::string& run_dir) {
+  auto dir = OpenRunDir(run_dir);
+  if (!dir.ok()) return dir.status();
+  const std::vector<int64_t> steps = CommittedSteps(ckptd::PosixFileSystem(), run_dir);
+  if (steps.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(run_dir, " holds no committed step (want a run directory <root>/<run>)"));
+  }
+  return steps;
+}
+
+}  // namespace
+
+int Verify(const std::string& arg, bool as_json, bool quiet) {
+  const Verified v = VerifyPrefix(arg, !quiet && !as_json);
+  if (v.prefix.empty()) return Error(absl::NotFoundError(v.open_problem));  // no checkpoint there at all
+  if (as_json) {
+    if (!v.open_problem.empty()) std::cerr << "ckptctl verify: " << v.open_problem << std::endl;
+    PrintJson(VerifiedJson(v));
   } else {
-    checked = (*reader)->VerifyAll(
-        &problems, &bytes,
-        [&](int64_t done, int64_t total) {
-          if (!quiet && !as_json) progress.Update(done, total);
-        },
-        part.here);
+    PrintVerified(v);
+  }
+  return v.ok() ? kOk : kFound;
+}
+
+int VerifyAll(const std::string& run_dir, bool as_json, bool quiet) {
+  auto steps = RunSteps(run_dir);
+  if (!steps.ok()) return Error(steps.status());
+  json out = json::array();
+  int failed = 0;
+  for (int64_t step : *steps) {
+    const Verified v = VerifyPrefix(StepPrefix(run_dir, step), !quiet && !as_json);
+    failed += v.ok() ? 0 : 1;
+    if (as_json) {
+      json j = VerifiedJson(v);
+      j["step"] = step;
+      out.push_back(j);
+    } else {
+      PrintVerified(v);
+    }
   }
   if (as_json) {
-    json out = {{"prefix", prefix},   {"ok", problems.empty()}, {"complete", part.elsewhere.empty()},
-                {"entries", checked}, {"bytes", bytes},         {"problems", problems}};
-    if (!part.elsewhere.empty()) out["shards_elsewhere"] = part.elsewhere;
-    PrintJson(out);
+    PrintJson({{"run_dir", run_dir}, {"ok", failed == 0}, {"steps", out}});
   } else {
-    for (const std::string& line : problems) std::cerr << "FAIL " << line << std::endl;
-    if (!part.elsewhere.empty() && !part.here.empty()) std::printf("note: %s\n", part.Note(prefix).c_str());
-    std::printf("%s: %d entries checked, %lld bytes, %zu problem(s)\n", prefix.c_str(), checked,
-                static_cast<long long>(bytes), problems.size());
+    std::printf("%zu step(s) verified, %d with problems\n", steps->size(), failed);
   }
-  return problems.empty() ? kOk : kFound;
+  return failed == 0 ? kOk : kFound;
 }
+
+int Latest(const std::string& run_dir, bool verified, bool as_json) {
+  auto steps = RunSteps(run_dir);
+  if (!steps.ok()) return Error(steps.status());
+  json skipped = json::array();
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    const std::string prefix = StepPrefix(run_dir, *it);
+    if (verified) {
+      const Verified v = VerifyPrefix(prefix, false);
+      if (!v.ok()) {
+        const std::string why = v.open_problem.empty() ? v.problems.front() : v.open_problem;
+        skipped.push_back({{"step", *it}, {"problem", why}});
+        if (!as_json)
+          std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(*it), why.c_str());
+        continue;
+      }
+    }
+    if (as_json) {
+      PrintJson({{"step", *it},
+                 {"path", ckptd::DirName(prefix)},
+                 {"prefix", prefix},
+                 {"verified", verified},
+                 {"skipped", skipped}});
+    } else {
+      std::printf("%lld %s\n", static_cast<long long>(*it), ckptd::DirName(prefix).c_str());
+    }
+    return kOk;
+  }
+  if (as_json) PrintJson({{"step", nullptr}, {"verified", verified}, {"skipped", skipped}});
+  std::cerr << "ckptctl latest: no step of " << run_dir << " verifies" << std::endl;
+  return kFound;
+}
+
+std::string StepOf(const std::string& run_dir, int64_t step) { return StepPrefix(run_dir, step); }
 
 // --- export -----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 #include "client/ckptctl/daemon_file_system.h"
 #include "client/tensor_export.h"
 #include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/io/file_system.h"
 
@@ -211,42 +212,40 @@ int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double 
   return kFound;
 }
 
-int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
-            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool as_json) {
+namespace {
+
+struct RestoredFiles {
+  int64_t step = 0;
+  json files = json::array();
+  json skipped = json::array();
+  int64_t total = 0;
+  std::vector<std::string> paths;  // written so far
+};
+
+// Restores the tensors of (run, step) matching `pattern` into .npy files under
+// out_dir; nullopt step = the newest committed. Stops at the first failure.
+absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::optional<int64_t> step,
+                            const std::string& pattern, const std::string& out_dir, std::optional<int> dtype,
+                            bool as_json, RestoredFiles* out) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();  // the output files, on this machine
-  std::optional<int> dtype;
-  if (!dtype_name.empty()) {
-    dtype = ckptd::DataTypeFromName(dtype_name);
-    if (!dtype.has_value()) {
-      return Error(absl::InvalidArgumentError(
-          absl::StrCat("--dtype: unknown '", dtype_name,
-                       "' (want e.g. float32, bfloat16, float16, or TF's float, half)")));
-    }
-  }
-  auto client = flags.Connect();
-  if (!client.ok()) return Error(client.status());
   // The daemon names the step's tensors: its files need not be visible from here.
-  auto listed = (*client)->ListTensors(run, step);
-  if (!listed.ok()) return Error(listed.status());
+  ASSIGN_OR_RETURN(ckptd::v1::ListTensorsResponse listed, client.ListTensors(run, step));
+  out->step = listed.step();
   std::map<std::string, const ckptd::v1::TensorDescriptor*> by_name;
   std::vector<std::string> all_names;
-  for (const ckptd::v1::TensorDescriptor& t : listed->tensors()) {
+  for (const ckptd::v1::TensorDescriptor& t : listed.tensors()) {
     by_name[t.name()] = &t;
     all_names.push_back(t.name());
   }
-  auto names = FilterNames(std::move(all_names), pattern);
-  if (!names.ok()) return Error(names.status());
-  if (absl::Status s = fs->CreateDirs(out_dir, 0755); !s.ok()) return Error(s);
-  json files = json::array(), skipped = json::array();
-  int64_t total = 0;
-  for (const std::string& name : *names) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, FilterNames(std::move(all_names), pattern));
+  RETURN_IF_ERROR(fs->CreateDirs(out_dir, 0755));
+  for (const std::string& name : names) {
     const ckptd::v1::TensorDescriptor& info = *by_name[name];
     const ckptd::Shape shape(info.shape().begin(), info.shape().end());
     // NumPy has no bfloat16: ask the daemon for float32 unless told otherwise.
     int want = dtype.value_or(info.dtype() == ckptd::kBfloat16 ? ckptd::kFloat : info.dtype());
     if (!ckptd::NpyHeader(want, {}).ok() || ckptd::DataTypeSize(info.dtype()) == 0) {
-      skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info.dtype())}});
+      out->skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info.dtype())}});
       if (!as_json)
         std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
                      ckptd::DataTypeName(info.dtype()).c_str());
@@ -260,29 +259,79 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
     target.shape = shape;
     target.data = bytes.data();
     target.size = bytes.size();
-    auto restored = (*client)->Restore(run, listed->step(), {target});
-    if (!restored.ok()) {
-      // A checksum failure is a problem found in the checkpoint (as verify reports it).
-      Error(restored.status());
-      return absl::IsDataLoss(restored.status()) ? kFound : kError;
-    }
+    RETURN_IF_ERROR(client.Restore(run, listed.step(), {target}).status());
     const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(name) + ".npy");
-    absl::Status s = fs->CreateDirs(ckptd::DirName(path), 0755);
-    if (s.ok()) s = ckptd::WriteNpy(fs, path, want, shape, bytes);
-    if (!s.ok()) return Error(s);
-    total += static_cast<int64_t>(bytes.size());
-    files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
+    RETURN_IF_ERROR(fs->CreateDirs(ckptd::DirName(path), 0755));
+    RETURN_IF_ERROR(ckptd::WriteNpy(fs, path, want, shape, bytes));
+    out->paths.push_back(path);
+    out->total += static_cast<int64_t>(bytes.size());
+    out->files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
     if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
   }
-  if (as_json) {
-    PrintJson(
-        {{"run", run}, {"step", listed->step()}, {"files", files}, {"bytes", total}, {"skipped", skipped}});
-  } else {
-    std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
-                files.size(), run.c_str(), static_cast<long long>(listed->step()), HumanBytes(total).c_str(),
-                out_dir.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
+            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
+            bool fallback, bool as_json) {
+  std::optional<int> dtype;
+  if (!dtype_name.empty()) {
+    dtype = ckptd::DataTypeFromName(dtype_name);
+    if (!dtype.has_value()) {
+      return Error(absl::InvalidArgumentError(
+          absl::StrCat("--dtype: unknown '", dtype_name,
+                       "' (want e.g. float32, bfloat16, float16, or TF's float, half)")));
+    }
   }
-  return kOk;
+  auto client = flags.Connect();
+  if (!client.ok()) return Error(client.status());
+  // What to try: the step asked for, or the newest; with fallback every older one too.
+  std::vector<std::optional<int64_t>> candidates = {step};
+  if (fallback && !step.has_value()) {
+    auto listed = (*client)->ListCheckpoints(run);
+    if (!listed.ok()) return Error(listed.status());
+    std::vector<int64_t> steps;
+    for (const auto& info : listed->checkpoints()) steps.push_back(info.step());
+    std::sort(steps.rbegin(), steps.rend());
+    candidates.assign(steps.begin(), steps.end());
+    if (candidates.empty()) candidates = {std::nullopt};  // the daemon says why
+  }
+  json skipped_steps = json::array();
+  for (const std::optional<int64_t>& candidate : candidates) {
+    RestoredFiles restored;
+    const absl::Status s =
+        RestoreToFiles(**client, run, candidate, pattern, out_dir, dtype, as_json, &restored);
+    if (s.ok()) {
+      if (as_json) {
+        PrintJson({{"run", run},
+                   {"step", restored.step},
+                   {"files", restored.files},
+                   {"bytes", restored.total},
+                   {"skipped", restored.skipped},
+                   {"skipped_steps", skipped_steps}});
+      } else {
+        std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
+                    restored.files.size(), run.c_str(), static_cast<long long>(restored.step),
+                    HumanBytes(restored.total).c_str(), out_dir.c_str());
+      }
+      return kOk;
+    }
+    // A step that fails its checksums: with fallback, an older one; its files go.
+    for (const std::string& path : restored.paths) ckptd::PosixFileSystem()->DeleteFile(path).IgnoreError();
+    if (!absl::IsDataLoss(s) || !fallback || &candidate == &candidates.back()) {
+      Error(s);
+      // A checksum failure is a problem found in the checkpoint (as verify reports it).
+      return absl::IsDataLoss(s) ? kFound : kError;
+    }
+    skipped_steps.push_back({{"step", restored.step}, {"problem", std::string(s.message())}});
+    if (!as_json) {
+      std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(restored.step),
+                   std::string(s.message()).c_str());
+    }
+  }
+  return kError;
 }
 
 }  // namespace ckptctl

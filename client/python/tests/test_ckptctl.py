@@ -263,8 +263,68 @@ def test_restore_needs_no_view_of_the_daemons_files(job, tmp_path):
         assert back.dtype == array.dtype and np.array_equal(back, array), name
 
 
-@pytest.mark.parametrize("command", ["ls", "inspect", "verify", "export", "diff", "gc", "status", "wait",
+@pytest.mark.parametrize("command", ["ls", "inspect", "verify", "export", "diff", "gc", "status", "wait", "latest",
                                      "restore"])
 def test_every_command_has_help_with_exit_codes(command):
     r = ckptctl(command, "--help")
     assert r.returncode == 0 and "Exit codes" in r.stdout, r.stdout + r.stderr
+
+
+def flip_first_byte(run_dir, step):
+    data = os.path.join(run_dir, f"step-{step:08d}", "ckpt.data-00000-of-00002")
+    with open(data, "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+
+
+def test_finding_the_newest_good_checkpoint(job, tmp_path):
+    run_dir = save(job, "good", 1, model(1))
+    save(job, "good", 2, model(2))
+    save(job, "other", 7, model(7))
+    # ls of the root lists its runs; of a step directory or an empty one, a usage error.
+    r = ckptctl("ls", job.root, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(x["run"], x["steps"], x["latest"]) for x in json.loads(r.stdout)] == [("good", 2, 2), ("other", 1, 7)]
+    assert "good" in ckptctl("ls", job.root).stdout
+    r = ckptctl("ls", os.path.join(run_dir, "step-00000002"))
+    assert r.returncode == 2 and "is a step directory" in r.stderr, r.stderr
+    (tmp_path / "empty").mkdir()
+    r = ckptctl("ls", tmp_path / "empty")
+    assert r.returncode == 2 and "no committed step and no run" in r.stderr, r.stderr
+    # inspect finds a run's newest step as ls does, even without TF's state file.
+    os.remove(os.path.join(run_dir, "checkpoint"))
+    r = ckptctl("inspect", run_dir)
+    assert r.returncode == 0 and "step-00000002/ckpt:" in r.stdout.splitlines()[0], r.stdout + r.stderr
+    r = ckptctl("inspect", run_dir, "--step", 1)
+    assert r.returncode == 0 and "step-00000001/ckpt:" in r.stdout.splitlines()[0], r.stdout + r.stderr
+
+    r = ckptctl("latest", run_dir, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["step"] == 2, r.stdout + r.stderr
+    flip_first_byte(run_dir, 2)
+    assert ckptctl("latest", run_dir).stdout.split()[0] == "2"  # not read without --verified
+    r = ckptctl("latest", run_dir, "--verified", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["step"] == 1 and [s["step"] for s in out["skipped"]] == [2], r.stdout
+    r = ckptctl("verify", run_dir, "--all", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and [(s["step"], s["ok"]) for s in out["steps"]] == [(1, True), (2, False)], r.stdout
+    assert ckptctl("verify", run_dir, "--step", 1).returncode == 0
+    assert ckptctl("verify", run_dir, "--step", 2).returncode == 1
+
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(0))
+    r = ckptctl("restore", "good", "--out", tmp_path / "plain", env=env)
+    assert r.returncode == 1 and "checksum mismatch" in r.stderr, r.stderr
+    r = ckptctl("restore", "good", "--fallback", "--out", tmp_path / "r", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["step"] == 1 and [s["step"] for s in out["skipped_steps"]] == [2], out
+    for name, array in model(1).items():
+        assert np.array_equal(np.load(tmp_path / "r" / (name + ".npy")), array), name
+    flip_first_byte(run_dir, 1)
+    assert ckptctl("latest", run_dir, "--verified").returncode == 1
+    # A run whose only step is bad (read for the first time: the daemon's read cache
+    # holds no verified copy of it): nothing to fall back to.
+    flip_first_byte(os.path.join(job.root, "other"), 7)
+    r = ckptctl("restore", "other", "--fallback", "--out", tmp_path / "none", env=env)
+    assert r.returncode == 1 and "checksum mismatch" in r.stderr, r.stderr

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "client/ckptctl/cli.h"
 #include "daemon/io/file_system.h"
@@ -32,6 +34,14 @@ int VerifyAll(const std::string& run_dir, bool as_json, bool quiet);
 // The newest committed step of a run directory (with `verified`, the newest whose
 // every checksum holds, naming the steps skipped); exit 1 when none verifies.
 int Latest(const std::string& run_dir, bool verified, bool as_json);
+// The same over (step, prefix) pairs, ascending, read through ReadCheckpointsThrough's
+// file system (a daemon's, for --address); `what` names them in messages.
+int Latest(const std::vector<std::pair<int64_t, std::string>>& steps, const std::string& what, bool verified,
+           bool as_json);
+// (step, prefix) of each committed step of `run`, ascending, read through the
+// daemon (*client keeps the connection the prefixes need).
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
+    const DaemonFlags& flags, const std::string& run, std::unique_ptr<ckptd::Client>* client);
 // The bundle prefix of `step` in a run directory (what --step names offline).
 std::string StepOf(const std::string& run_dir, int64_t step);
 int Export(const std::string& checkpoint, const std::string& format, const std::string& out_dir,

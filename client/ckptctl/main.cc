@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
 #include "client/ckptctl/commands.h"
 #include "client/ckptctl/daemon_file_system.h"
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
   verify->add_flag("--all", all_steps, "every committed step of the run directory");
 
   CLI::App* latest = app.add_subcommand("latest", "the newest committed step of a run directory");
-  latest->add_option("DIR", target, "run directory (<root>/<run>)")->required();
+  latest->add_option("DIR", target, "run directory (<root>/<run>); with --address, a run name")->required();
+  daemon.AddTo(latest);
   latest->add_flag("--verified", verified, "the newest step whose every checksum holds (reads them all)");
   latest->add_flag("--json", as_json, "print JSON");
 
@@ -146,6 +148,13 @@ int main(int argc, char** argv) {
     return ckptctl::VerifyAll(target, as_json, quiet);
   }
   if (verify->parsed()) return ckptctl::Verify(target, as_json, quiet);
+  if (latest->parsed() && latest->count("--address") > 0) {
+    auto steps = ckptctl::DaemonSteps(daemon, target, &client);
+    if (!steps.ok()) return ckptctl::Error(steps.status());
+    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
+    ckptctl::ReadCheckpointsThrough(through_daemon.get());
+    return ckptctl::Latest(*steps, absl::StrCat("run '", target, "'"), verified, as_json);
+  }
   if (latest->parsed()) return ckptctl::Latest(target, verified, as_json);
   if (exporter->parsed()) return ckptctl::Export(target, format, out_dir, pattern, as_json);
   if (diff->parsed()) return ckptctl::Diff(target, second, pattern, as_json);

@@ -406,32 +406,40 @@ int VerifyAll(const std::string& run_dir, bool as_json, bool quiet) {
 int Latest(const std::string& run_dir, bool verified, bool as_json) {
   auto steps = RunSteps(run_dir);
   if (!steps.ok()) return Error(steps.status());
+  std::vector<std::pair<int64_t, std::string>> prefixes;
+  for (int64_t step : *steps) prefixes.emplace_back(step, StepPrefix(run_dir, step));
+  return Latest(prefixes, run_dir, verified, as_json);
+}
+
+int Latest(const std::vector<std::pair<int64_t, std::string>>& steps, const std::string& what, bool verified,
+           bool as_json) {
+  if (steps.empty()) return Error(absl::NotFoundError(absl::StrCat(what, " has no committed step")));
   json skipped = json::array();
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
-    const std::string prefix = StepPrefix(run_dir, *it);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const auto& [step, prefix] = *it;
     if (verified) {
       const Verified v = VerifyPrefix(prefix, false);
       if (!v.ok()) {
         const std::string why = v.open_problem.empty() ? v.problems.front() : v.open_problem;
-        skipped.push_back({{"step", *it}, {"problem", why}});
+        skipped.push_back({{"step", step}, {"problem", why}});
         if (!as_json)
-          std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(*it), why.c_str());
+          std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(step), why.c_str());
         continue;
       }
     }
     if (as_json) {
-      PrintJson({{"step", *it},
+      PrintJson({{"step", step},
                  {"path", ckptd::DirName(prefix)},
                  {"prefix", prefix},
                  {"verified", verified},
                  {"skipped", skipped}});
     } else {
-      std::printf("%lld %s\n", static_cast<long long>(*it), ckptd::DirName(prefix).c_str());
+      std::printf("%lld %s\n", static_cast<long long>(step), ckptd::DirName(prefix).c_str());
     }
     return kOk;
   }
   if (as_json) PrintJson({{"step", nullptr}, {"verified", verified}, {"skipped", skipped}});
-  std::cerr << "ckptctl latest: no step of " << run_dir << " verifies" << std::endl;
+  std::cerr << "ckptctl latest: no step of " << what << " verifies" << std::endl;
   return kFound;
 }
 

@@ -83,6 +83,17 @@ absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::st
   return DaemonFileSystem::Prefix(run, *chosen);
 }
 
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
+    const DaemonFlags& flags, const std::string& run, std::unique_ptr<ckptd::Client>* client) {
+  ASSIGN_OR_RETURN(*client, flags.Connect());
+  ASSIGN_OR_RETURN(ckptd::v1::ListCheckpointsResponse list, (*client)->ListCheckpoints(run));
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const auto& c : list.checkpoints())
+    steps.emplace_back(c.step(), DaemonFileSystem::Prefix(run, c.step()));
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_json) {
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());

@@ -311,6 +311,12 @@ def test_finding_the_newest_good_checkpoint(job, tmp_path):
     assert r.returncode == 1 and [(s["step"], s["ok"]) for s in out["steps"]] == [(1, True), (2, False)], r.stdout
     assert ckptctl("verify", run_dir, "--step", 1).returncode == 0
     assert ckptctl("verify", run_dir, "--step", 2).returncode == 1
+    # The same through a daemon, by run name.
+    r = ckptctl("latest", "good", "--address", job.address(1), "--verified", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["step"] == 1 and [s["step"] for s in out["skipped"]] == [2], r.stdout
+    r = ckptctl("latest", "nothing", "--address", job.address(1))
+    assert r.returncode == 2 and "no committed step" in r.stderr, r.stderr
 
     env = dict(os.environ, CKPTD_ADDRESS=job.address(0))
     r = ckptctl("restore", "good", "--out", tmp_path / "plain", env=env)

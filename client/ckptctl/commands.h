@@ -26,7 +26,8 @@ void ReadCheckpointsThrough(ckptd::FileSystem* fs);
 
 // `checkpoint` arguments accept a bundle prefix, a step directory, a run directory
 // (its newest step) or a directory holding exactly one PREFIX.index.
-int Ls(const std::string& run_dir, bool as_json);
+// show_orphans: also the temp and half-deleted step directories a crash left.
+int Ls(const std::string& run_dir, bool as_json, bool show_orphans = false);
 int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json);
 int Verify(const std::string& checkpoint, bool as_json, bool quiet);
 // Every committed step of a run directory; exit 1 if any has a problem.

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
       ->required();
   daemon.AddTo(ls);
   ls->add_flag("--json", as_json, "print JSON");
+  bool show_orphans = false;
+  ls->add_flag("--all", show_orphans, "also what a crash left: temp and half-deleted step directories");
 
   CLI::App* inspect =
       app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
@@ -84,7 +86,9 @@ int main(int argc, char** argv) {
   gc->add_option("--keep-last", keep_last, "keep the newest N committed steps")
       ->required()
       ->check(CLI::PositiveNumber);
-  gc->add_option("--keep-every", keep_every, "also keep steps divisible by K")->check(CLI::NonNegativeNumber);
+  gc->add_option("--keep-every-n-steps,--keep-every", keep_every,
+                 "also keep steps divisible by K (as the config's retention.keep_every_n_steps)")
+      ->check(CLI::NonNegativeNumber);
   gc->add_flag("--dry-run", dry_run, "only say what would be removed");
   gc->add_flag("--json", as_json, "print JSON");
 
@@ -121,7 +125,7 @@ int main(int argc, char** argv) {
   if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptctl")) return *ended;
   if (ls->parsed()) {
     return ls->count("--address") > 0 ? ckptctl::LsThroughDaemon(daemon, target, as_json)
-                                      : ckptctl::Ls(target, as_json);
+                                      : ckptctl::Ls(target, as_json, show_orphans);
   }
   // inspect, verify and export read through a daemon when given its address.
   std::unique_ptr<ckptd::Client> client;

@@ -120,7 +120,8 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> CheckpointStore::Lo
   return lost;
 }
 
-absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run) const {
+absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const std::string& run,
+                                                                        bool dry_run) const {
   std::vector<std::string> removed;
   const std::string dir = RunDir(run);
   absl::StatusOr<std::vector<std::string>> listed = fs_->ListDir(dir);
@@ -137,10 +138,10 @@ absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const st
       torn_step = !has_index;
     }
     if (!temp_step && !torn_step && name != "checkpoint.tmp") continue;
-    RETURN_IF_ERROR(fs_->DeleteRecursively(JoinPath(dir, name)));
+    if (!dry_run) RETURN_IF_ERROR(fs_->DeleteRecursively(JoinPath(dir, name)));
     removed.push_back(JoinPath(dir, name));
   }
-  if (!removed.empty()) RETURN_IF_ERROR(fs_->SyncDir(dir));
+  if (!removed.empty() && !dry_run) RETURN_IF_ERROR(fs_->SyncDir(dir));
   return removed;
 }
 

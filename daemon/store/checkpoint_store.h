@@ -65,8 +65,8 @@ class CheckpointStore {
 
   // Removes what a crash can leave in a run directory: temp step directories and a
   // half-written state file. Only call when no commit of the run is in flight.
-  // Returns the paths removed.
-  absl::StatusOr<std::vector<std::string>> RemoveOrphans(const std::string& run) const;
+  // Returns the paths removed, or with dry_run the paths it would remove.
+  absl::StatusOr<std::vector<std::string>> RemoveOrphans(const std::string& run, bool dry_run = false) const;
 
   // Keeps the newest `keep_last` committed steps (0: all), every step divisible by
   // `keep_every_n_steps` (0: none extra), the newest step always, and `protect`;

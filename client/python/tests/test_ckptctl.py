@@ -334,3 +334,36 @@ def test_finding_the_newest_good_checkpoint(job, tmp_path):
     flip_first_byte(os.path.join(job.root, "other"), 7)
     r = ckptctl("restore", "other", "--fallback", "--out", tmp_path / "none", env=env)
     assert r.returncode == 1 and "checksum mismatch" in r.stderr, r.stderr
+
+
+def test_gc_applies_retention_and_removes_what_a_crash_left(job, tmp_path):
+    for step in (1, 2, 3):
+        run_dir = save(job, "gc", step, model(step))
+    # What a crash can leave: a temp step directory and a half-deleted one.
+    for orphan in (".tmp-step-00000009", ".deleted-step-00000004"):
+        os.makedirs(os.path.join(run_dir, orphan, "junk"))
+    r = ckptctl("ls", run_dir, "--all", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and [s["step"] for s in out["steps"]] == [1, 2, 3], r.stdout
+    assert sorted(os.path.basename(p) for p in out["orphans"]) == [".deleted-step-00000004", ".tmp-step-00000009"]
+    assert "orphan" in ckptctl("ls", run_dir, "--all").stdout
+    # --dry-run --json agrees with what it would do and touches nothing.
+    r = ckptctl("gc", run_dir, "--keep-last", 1, "--dry-run", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["removed"] == [1, 2] and out["kept"] == [3], r.stdout
+    assert len(out["orphans"]) == 2
+    assert "would remove step 1" in ckptctl("gc", run_dir, "--keep-last", 1, "--dry-run").stdout
+    assert sorted(os.listdir(run_dir)) == sorted([".tmp-step-00000009", ".deleted-step-00000004", "checkpoint",
+                                                  "step-00000001", "step-00000002", "step-00000003"])
+    # While the job's daemons run on this root, their temp directories are theirs.
+    r = ckptctl("gc", run_dir, "--keep-last", 2, "--keep-every-n-steps", 0, "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["removed"] == [1] and out["kept"] == [2, 3], r.stdout
+    assert out["orphans_left_to_daemon"].endswith(".lock") and os.path.isdir(os.path.join(run_dir, ".tmp-step-00000009"))
+    # A copy of the run on a root no daemon uses: gc removes the orphans too.
+    copy = tmp_path / "quiet-root" / "gc"
+    shutil.copytree(run_dir, copy)
+    r = ckptctl("gc", copy, "--keep-last", 1, "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["removed"] == [2] and "orphans_left_to_daemon" not in out, r.stdout
+    assert sorted(os.listdir(copy)) == ["checkpoint", "step-00000003"]

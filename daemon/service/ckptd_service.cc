@@ -375,15 +375,17 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
   const int64_t step = source.step;
   ReadStack stack;
-  // A drained step is whole in one directory.
-  FileSystem* fs = StepFileSystem(request.run(), step, deadline, &stack);
+  FileSystem* fs = nullptr;
   if (source.drained) {
+    // A drained step is whole in one directory, which the cache does not follow.
     fs = source.store->fs();
     if (context_.read_cache != nullptr) {
       fs = &stack.cached.emplace(fs, context_.read_cache, CachingFileSystem::Reads::kCounted, &stack.counts);
     }
+  } else {
+    fs = StepFileSystem(request.run(), step, deadline, &stack);
   }
-  const bool through_peers = stack.peers.has_value() && !source.drained;
+  const bool through_peers = stack.peers.has_value();
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
                    BundleReader::Open(fs, CheckpointStore::Prefix(source.store->StepDir(request.run(), step)),
                                       context_.max_index_bytes));
@@ -420,7 +422,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   int64_t delivered = 0;
   for (const RestoreItem& item : plan.items) delivered += item.bytes;
   header.set_bytes_delivered(delivered);
-  restore_reads_.peer_bytes += stack.counts.peer_bytes.load();
+  restore_peer_bytes_ += stack.counts.peer_bytes.load();
   restore_bytes_delivered_ += static_cast<uint64_t>(delivered);
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (!wants.devices[i].has_value()) continue;
@@ -714,7 +716,7 @@ v1::StatusResponse CkptdService::LocalStatus() const {
     response->set_read_cache_bytes(static_cast<int64_t>(context_.read_cache->held_bytes()));
   }
   response->set_restore_bytes_delivered(static_cast<int64_t>(restore_bytes_delivered_.load()));
-  response->set_restore_peer_bytes_received(static_cast<int64_t>(restore_reads_.peer_bytes.load()));
+  response->set_restore_peer_bytes_received(static_cast<int64_t>(restore_peer_bytes_.load()));
   if (memory_tier_ != nullptr) {
     response->set_memory_steps_limit(memory_tier_->max_steps());
     for (const MemoryTier::Held& held : memory_tier_->Steps()) {

@@ -194,9 +194,9 @@ class CkptdService final
   std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
   const MemoryTier* memory_tier_ = nullptr;
-  // Since start, for Status: what restores read from storage and from peers, and
-  // the bytes they delivered to trainers.
-  ReadCounts restore_reads_;
+  // Since start, for Status: bytes restores received from peers and delivered to
+  // trainers (storage bytes are the read cache's own total).
+  std::atomic<uint64_t> restore_peer_bytes_{0};
   std::atomic<uint64_t> restore_bytes_delivered_{0};
 };
 

@@ -83,21 +83,36 @@ void PrintSteps(const std::vector<StepRow>& rows, bool as_json) {
   if (as_json) PrintJson(out);
 }
 
-Progress::Progress(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
+Progress::Progress(std::string what, std::string unit)
+    : what_(std::move(what)), unit_(std::move(unit)), tty_(::isatty(2) == 1) {}
+
+std::string Progress::Amount(int64_t n, bool with_unit) const {
+  if (unit_.empty()) return HumanBytes(static_cast<double>(n));
+  return with_unit ? absl::StrCat(n, " ", unit_) : absl::StrCat(n);
+}
 
 void Progress::Update(int64_t done, int64_t total) {
   const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
   if (tty_) {
     const int filled = percent * 30 / 100;
     std::fprintf(stderr, "\r%s [%s%s] %3d%% %s / %s", what_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(30 - filled, ' ').c_str(), percent, HumanBytes(done).c_str(),
-                 HumanBytes(total).c_str());
+                 std::string(30 - filled, ' ').c_str(), percent, Amount(done, false).c_str(),
+                 Amount(total, true).c_str());
     if (done == total) std::fprintf(stderr, "\n");
   } else if (percent / 10 > last_tenth_) {
     last_tenth_ = percent / 10;
-    std::fprintf(stderr, "%s: %d%% (%s of %s)\n", what_.c_str(), percent, HumanBytes(done).c_str(),
-                 HumanBytes(total).c_str());
+    std::fprintf(stderr, "%s: %d%% (%s of %s)\n", what_.c_str(), percent, Amount(done, false).c_str(),
+                 Amount(total, true).c_str());
   }
+}
+
+absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
+                            const std::function<absl::Status(const std::string&)>& write) {
+  const std::string partial = path + ".partial";
+  absl::Status s = write(partial);
+  if (s.ok()) s = fs->Rename(partial, path);
+  if (!s.ok()) fs->DeleteFile(partial).IgnoreError();
+  return s;
 }
 
 void DaemonFlags::AddTo(CLI::App* app) {

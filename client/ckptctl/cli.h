@@ -5,6 +5,7 @@
 #define CKPTD_CLIENT_CKPTCTL_CLI_H_
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckptd/client.h"
+#include "daemon/io/file_system.h"
 #include "daemon/layout/box.h"
 
 namespace ckptctl {
@@ -48,17 +50,26 @@ struct StepRow {
 // Prints the rows (oldest first) as a table or a JSON array; the last is the latest.
 void PrintSteps(const std::vector<StepRow>& rows, bool as_json);
 
-// A progress bar on a terminal; a plain line every 10% when stderr is piped.
+// A progress bar on a terminal; a plain line every 10% when stderr is piped. Counts
+// bytes, or things named `unit` ("steps") when one is given.
 class Progress {
  public:
-  explicit Progress(std::string what);
+  explicit Progress(std::string what, std::string unit = "");
   void Update(int64_t done, int64_t total);
 
  private:
+  std::string Amount(int64_t n, bool with_unit) const;
+
   std::string what_;
+  std::string unit_;
   bool tty_;
   int last_tenth_ = -1;
 };
+
+// Writes `path` whole or not at all: write(PATH.partial), then a rename; the partial
+// file is removed on failure. Output files of export and restore go through this.
+absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
+                            const std::function<absl::Status(const std::string&)>& write);
 
 // --address and the TLS files, for the subcommands that talk to a daemon.
 struct DaemonFlags {

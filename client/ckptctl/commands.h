@@ -28,7 +28,12 @@ void ReadCheckpointsThrough(ckptd::FileSystem* fs);
 // (its newest step) or a directory holding exactly one PREFIX.index.
 // show_orphans: also the temp and half-deleted step directories a crash left.
 int Ls(const std::string& run_dir, bool as_json, bool show_orphans = false);
-int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json);
+struct InspectOptions {
+  std::string values{};  // print this tensor's elements instead of the listing
+  bool stats = false;    // min, max, mean, NaN and infinity counts of every numeric tensor
+};
+int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json,
+            const InspectOptions& options = {});
 int Verify(const std::string& checkpoint, bool as_json, bool quiet);
 // Every committed step of a run directory; exit 1 if any has a problem.
 int VerifyAll(const std::string& run_dir, bool as_json, bool quiet);
@@ -45,10 +50,28 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
     const DaemonFlags& flags, const std::string& run, std::unique_ptr<ckptd::Client>* client);
 // The bundle prefix of `step` in a run directory (what --step names offline).
 std::string StepOf(const std::string& run_dir, int64_t step);
-int Export(const std::string& checkpoint, const std::string& format, const std::string& out_dir,
-           const std::string& pattern, bool as_json);
-int Diff(const std::string& a, const std::string& b, const std::string& pattern, bool as_json);
-int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool as_json);
+struct ExportOptions {
+  std::string format = "npy";  // or "safetensors"
+  std::string out_dir{};
+  std::string pattern{};
+  bool force = false;  // replace the files of an earlier export (else ALREADY_EXISTS)
+  // safetensors: above this many bytes, shards model-0000K-of-0000N.safetensors and
+  // model.safetensors.index.json, as Hugging Face's save_pretrained writes them.
+  int64_t max_shard_bytes = 5'000'000'000;
+  bool quiet = false;  // no progress
+};
+// Each file is written whole (PATH.partial, renamed) or not at all.
+int Export(const std::string& checkpoint, const ExportOptions& options, bool as_json);
+struct DiffOptions {
+  // Either set: numbers compare as numpy.isclose(b, a, rtol, atol, equal_nan=True)
+  // (the unset one is 0); neither: tensors must be equal byte for byte.
+  std::optional<double> atol{};
+  std::optional<double> rtol{};
+};
+// Logical tensors: slicing does not matter, only dtype, shape and values.
+int Diff(const std::string& a, const std::string& b, const std::string& pattern, const DiffOptions& options,
+         bool as_json);
+int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool quiet, bool as_json);
 
 // Connects (into *client) and names the step of `run` (nullopt: the newest committed)
 // as a DaemonFileSystem prefix, for the offline commands to read through the daemon.
@@ -66,7 +89,7 @@ int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double 
 // that restores whole; the files of a failed attempt are removed.
 int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
             const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool fallback, bool as_json);
+            bool fallback, bool quiet, bool as_json);
 
 }  // namespace ckptctl
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
 #include "client/ckptctl/commands.h"
@@ -40,6 +41,12 @@ int main(int argc, char** argv) {
       app.add_subcommand("inspect", "show tensors: dtype, shape, slices, bytes, shard, layout, mesh");
   inspect->add_option("PREFIX", target, kCheckpointHelp)->required();
   inspect->add_option("--tensors", pattern, kRegexHelp);
+  ckptctl::InspectOptions inspect_options;
+  inspect->add_option("--values", inspect_options.values,
+                      "print this tensor's values (numpy-style, summarized above 1000 elements; every value "
+                      "with --json)");
+  inspect->add_flag("--stats", inspect_options.stats,
+                    "min, max, mean (of finite values), NaN and infinity counts of each numeric tensor");
   inspect->add_flag("--json", as_json, "print one JSON object");
 
   CLI::App* verify =
@@ -65,6 +72,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"npy", "safetensors"}));
   exporter->add_option("--out", out_dir, "output directory (created)")->required();
   exporter->add_option("--tensors", pattern, kRegexHelp);
+  ckptctl::ExportOptions export_options;
+  exporter->add_flag("--force", export_options.force, "replace the files of an earlier export in --out");
+  std::string max_shard_text = "5GB";
+  exporter->add_option("--max-shard-size", max_shard_text,
+                       "safetensors: split into model-0000K-of-0000N.safetensors with "
+                       "model.safetensors.index.json above this size (5GB, 500MB, 2GiB)");
+  exporter->add_flag("-q,--quiet", export_options.quiet, "no progress");
   exporter->add_flag("--json", as_json, "print JSON");
   for (CLI::App* sub : {inspect, verify, exporter}) {  // these also read through a daemon
     sub->add_option(
@@ -78,6 +92,12 @@ int main(int argc, char** argv) {
   diff->add_option("A", target, kCheckpointHelp)->required();
   diff->add_option("B", second, kCheckpointHelp)->required();
   diff->add_option("--tensors", pattern, kRegexHelp);
+  ckptctl::DiffOptions diff_options;
+  diff->add_option("--atol", diff_options.atol,
+                   "compare numbers with this absolute tolerance (as numpy.isclose; NaN equals NaN)")
+      ->check(CLI::NonNegativeNumber);
+  diff->add_option("--rtol", diff_options.rtol, "compare numbers with this relative tolerance (of B's value)")
+      ->check(CLI::NonNegativeNumber);
   diff->add_flag("--json", as_json, "print JSON");
 
   CLI::App* gc =
@@ -90,6 +110,7 @@ int main(int argc, char** argv) {
                  "also keep steps divisible by K (as the config's retention.keep_every_n_steps)")
       ->check(CLI::NonNegativeNumber);
   gc->add_flag("--dry-run", dry_run, "only say what would be removed");
+  gc->add_flag("-q,--quiet", quiet, "no progress");
   gc->add_flag("--json", as_json, "print JSON");
 
   CLI::App* status =
@@ -118,6 +139,7 @@ int main(int argc, char** argv) {
       "--dtype", dtype_name,
       "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
   daemon.AddTo(restore);
+  restore->add_flag("-q,--quiet", quiet, "no progress");
   restore->add_flag("--json", as_json, "print JSON");
 
   for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
@@ -143,7 +165,7 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {inspect, verify, exporter}) {
     if (sub->parsed() && through_daemon == nullptr && step >= 0) target = ckptctl::StepOf(target, step);
   }
-  if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json);
+  if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json, inspect_options);
   if (verify->parsed() && all_steps) {
     if (step >= 0 || through_daemon != nullptr) {
       return ckptctl::Error(
@@ -160,9 +182,20 @@ int main(int argc, char** argv) {
     return ckptctl::Latest(*steps, absl::StrCat("run '", target, "'"), verified, as_json);
   }
   if (latest->parsed()) return ckptctl::Latest(target, verified, as_json);
-  if (exporter->parsed()) return ckptctl::Export(target, format, out_dir, pattern, as_json);
-  if (diff->parsed()) return ckptctl::Diff(target, second, pattern, as_json);
-  if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, as_json);
+  if (exporter->parsed()) {
+    absl::StatusOr<int64_t> max_shard = ckptd::ParseByteRate(max_shard_text);
+    if (!max_shard.ok() || *max_shard <= 0 || absl::EndsWith(max_shard_text, "/s")) {
+      return ckptctl::Error(absl::InvalidArgumentError(
+          absl::StrCat("--max-shard-size: bad size '", max_shard_text, "' (want e.g. 5GB, 500MB, 2GiB)")));
+    }
+    export_options.format = format;
+    export_options.out_dir = out_dir;
+    export_options.pattern = pattern;
+    export_options.max_shard_bytes = *max_shard;
+    return ckptctl::Export(target, export_options, as_json);
+  }
+  if (diff->parsed()) return ckptctl::Diff(target, second, pattern, diff_options, as_json);
+  if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, quiet, as_json);
   if (status->parsed()) return ckptctl::Status(daemon, as_json);
   if (wait->parsed()) {
     absl::StatusOr<absl::Duration> timeout = ckptd::ParseDuration(timeout_text);
@@ -175,7 +208,7 @@ int main(int argc, char** argv) {
           absl::InvalidArgumentError("restore: --fallback goes with the newest step, not --step"));
     }
     return ckptctl::Restore(daemon, run, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, pattern,
-                            out_dir, dtype_name, fallback, as_json);
+                            out_dir, dtype_name, fallback, quiet, as_json);
   }
   return ckptctl::kError;
 }

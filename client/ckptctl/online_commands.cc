@@ -237,7 +237,7 @@ struct RestoredFiles {
 // out_dir; nullopt step = the newest committed. Stops at the first failure.
 absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::optional<int64_t> step,
                             const std::string& pattern, const std::string& out_dir, std::optional<int> dtype,
-                            bool as_json, RestoredFiles* out) {
+                            bool as_json, bool show_progress, RestoredFiles* out) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();  // the output files, on this machine
   // The daemon names the step's tensors: its files need not be visible from here.
   ASSIGN_OR_RETURN(ckptd::v1::ListTensorsResponse listed, client.ListTensors(run, step));
@@ -249,7 +249,19 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
     all_names.push_back(t.name());
   }
   ASSIGN_OR_RETURN(std::vector<std::string> names, FilterNames(std::move(all_names), pattern));
+  if (names.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no tensor of run '", run, "' step ", listed.step(), " matches '", pattern, "'"));
+  }
   RETURN_IF_ERROR(fs->CreateDirs(out_dir, 0755));
+  // Progress counts the bytes as stored (what the daemon reads for them).
+  int64_t total = 0, done = 0;
+  for (const std::string& name : names) {
+    const ckptd::v1::TensorDescriptor& info = *by_name[name];
+    total += ckptd::Box::Full(ckptd::Shape(info.shape().begin(), info.shape().end())).NumElements() *
+             ckptd::DataTypeSize(info.dtype());
+  }
+  Progress progress("restore");
   for (const std::string& name : names) {
     const ckptd::v1::TensorDescriptor& info = *by_name[name];
     const ckptd::Shape shape(info.shape().begin(), info.shape().end());
@@ -273,11 +285,14 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
     RETURN_IF_ERROR(client.Restore(run, listed.step(), {target}).status());
     const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(name) + ".npy");
     RETURN_IF_ERROR(fs->CreateDirs(ckptd::DirName(path), 0755));
-    RETURN_IF_ERROR(ckptd::WriteNpy(fs, path, want, shape, bytes));
+    RETURN_IF_ERROR(WriteFileWhole(
+        fs, path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, want, shape, bytes); }));
     out->paths.push_back(path);
     out->total += static_cast<int64_t>(bytes.size());
     out->files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
     if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
+    done += ckptd::Box::Full(shape).NumElements() * ckptd::DataTypeSize(info.dtype());
+    if (show_progress) progress.Update(done, total);
   }
   return absl::OkStatus();
 }
@@ -286,7 +301,7 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
 
 int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
             const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool fallback, bool as_json) {
+            bool fallback, bool quiet, bool as_json) {
   std::optional<int> dtype;
   if (!dtype_name.empty()) {
     dtype = ckptd::DataTypeFromName(dtype_name);
@@ -312,8 +327,8 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
   json skipped_steps = json::array();
   for (const std::optional<int64_t>& candidate : candidates) {
     RestoredFiles restored;
-    const absl::Status s =
-        RestoreToFiles(**client, run, candidate, pattern, out_dir, dtype, as_json, &restored);
+    const absl::Status s = RestoreToFiles(**client, run, candidate, pattern, out_dir, dtype, as_json,
+                                          !quiet && !as_json, &restored);
     if (s.ok()) {
       if (as_json) {
         PrintJson({{"run", run},

@@ -154,16 +154,11 @@ absl::Status CheckTableLayout(const std::string& file) {
 absl::StatusOr<uint32_t> StringTensorCrc(const char* data, size_t size, int64_t elements) {
   const auto malformed = absl::DataLossError("malformed string tensor");
   uint32_t crc = 0;
-  size_t pos = 0;
+  absl::string_view lengths(data, size);
   uint64_t total = 0;
   for (int64_t i = 0; i < elements; ++i) {
     uint64_t len = 0;
-    for (int shift = 0;; shift += 7) {
-      if (pos >= size || shift > 63) return malformed;
-      const uint8_t byte = static_cast<uint8_t>(data[pos++]);
-      len |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) break;
-    }
+    if (!GetVarint64(&lengths, &len)) return malformed;
     if (len <= UINT32_MAX) {
       const uint32_t len32 = static_cast<uint32_t>(len);
       crc = crc32c::Extend(crc, reinterpret_cast<const char*>(&len32), sizeof(len32));
@@ -172,6 +167,7 @@ absl::StatusOr<uint32_t> StringTensorCrc(const char* data, size_t size, int64_t 
     }
     total += len;
   }
+  size_t pos = size - lengths.size();
   if (size - pos < 4) return malformed;
   uint32_t stored_length_crc;
   std::memcpy(&stored_length_crc, data + pos, 4);
@@ -212,18 +208,37 @@ std::string EncodeStringScalar(const std::string& value) {
   return out;
 }
 
-absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
-  uint64_t len = 0;
-  size_t pos = 0;
-  for (int shift = 0;; shift += 7) {
-    if (pos >= encoded.size() || shift > 63) return absl::DataLossError("malformed string scalar");
-    const uint8_t byte = static_cast<uint8_t>(encoded[pos++]);
-    len |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) break;
+absl::StatusOr<std::vector<std::string>> DecodeStrings(absl::string_view encoded, int64_t count) {
+  absl::string_view rest = encoded;
+  std::vector<uint64_t> lengths;
+  uint64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t len = 0;
+    if (!GetVarint64(&rest, &len) || len > encoded.size()) {
+      return absl::DataLossError("malformed string tensor lengths");
+    }
+    total += len;
+    lengths.push_back(len);
   }
-  if (encoded.size() - pos < 4 || encoded.size() - pos - 4 != len)
-    return absl::DataLossError("malformed string scalar");
-  return encoded.substr(pos + 4);
+  // The lengths' checksum (TF writes it even for no element); the entry's crc32c
+  // covers it and everything else.
+  if (rest.size() < 4 || rest.size() - 4 != total) {
+    return absl::DataLossError(absl::StrCat("string tensor of ", count, " element(s): ", encoded.size(),
+                                            " bytes do not match its lengths"));
+  }
+  rest.remove_prefix(4);
+  std::vector<std::string> out;
+  out.reserve(lengths.size());
+  for (uint64_t len : lengths) {
+    out.emplace_back(rest.substr(0, len));
+    rest.remove_prefix(len);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded) {
+  ASSIGN_OR_RETURN(std::vector<std::string> values, DecodeStrings(encoded, 1));
+  return std::move(values[0]);
 }
 
 std::string IndexPath(const std::string& prefix) { return prefix + ".index"; }

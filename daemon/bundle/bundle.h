@@ -43,6 +43,10 @@ absl::StatusOr<uint32_t> EntryChecksum(int dtype, int64_t elements, const char* 
 // with EntryChecksum).
 std::string EncodeStringScalar(const std::string& value);
 absl::StatusOr<std::string> DecodeStringScalar(const std::string& encoded);
+// The elements of a string tensor of `count` elements in TF's tensor_bundle encoding:
+// `count` varint64 lengths, a 4-byte checksum of them, then the bytes. DATA_LOSS when
+// `encoded` is not such a thing.
+absl::StatusOr<std::vector<std::string>> DecodeStrings(absl::string_view encoded, int64_t count);
 
 // ckptd's own tensors in a bundle live under this prefix, which no user tensor may
 // take. Trainer `trainer_id`'s opaque state `key` is the string scalar named

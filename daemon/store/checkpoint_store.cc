@@ -145,10 +145,9 @@ absl::StatusOr<std::vector<std::string>> CheckpointStore::RemoveOrphans(const st
   return removed;
 }
 
-absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(const std::string& run, int keep_last,
-                                                                     int keep_every_n_steps,
-                                                                     const std::set<int64_t>& protect,
-                                                                     bool dry_run) const {
+absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(
+    const std::string& run, int keep_last, int keep_every_n_steps, const std::set<int64_t>& protect,
+    bool dry_run, const std::function<void(size_t, size_t)>& deleted) const {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
   std::vector<int64_t> removed;
   if (steps.empty() || keep_last <= 0) return removed;
@@ -173,7 +172,10 @@ absl::StatusOr<std::vector<int64_t>> CheckpointStore::ApplyRetention(const std::
   }
   RETURN_IF_ERROR(fs_->SyncDir(RunDir(run)));
   RETURN_IF_ERROR(WriteStateFile(run));
-  for (const std::string& path : hidden) RETURN_IF_ERROR(fs_->DeleteRecursively(path));
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    RETURN_IF_ERROR(fs_->DeleteRecursively(hidden[i]));
+    if (deleted) deleted(i + 1, hidden.size());
+  }
   return removed;
 }
 

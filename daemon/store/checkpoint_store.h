@@ -6,6 +6,7 @@
 #define CKPTD_DAEMON_STORE_CHECKPOINT_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -71,10 +72,11 @@ class CheckpointStore {
   // Keeps the newest `keep_last` committed steps (0: all), every step divisible by
   // `keep_every_n_steps` (0: none extra), the newest step always, and `protect`;
   // removes the others (state file first, then directories). Returns the steps
-  // removed, or that would be with dry_run.
-  absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& run, int keep_last,
-                                                      int keep_every_n_steps,
-                                                      const std::set<int64_t>& protect, bool dry_run) const;
+  // removed, or that would be with dry_run. `deleted(done, total)`, when set, is
+  // called after each step's directory is gone.
+  absl::StatusOr<std::vector<int64_t>> ApplyRetention(
+      const std::string& run, int keep_last, int keep_every_n_steps, const std::set<int64_t>& protect,
+      bool dry_run, const std::function<void(size_t, size_t)>& deleted = nullptr) const;
 
  private:
   // Whether step_dir holds an index; errors other than NOT_FOUND are returned.

@@ -32,14 +32,14 @@ def model(step):
     }
 
 
-def save(job, run, step, tensors, **kwargs):
+def save(job, run, step, tensors, shard_kernel=True, **kwargs):
     """Two trainers, one per daemon; 'dense/kernel' is sharded by rows over mesh x=2,
-    so the checkpoint holds it as two slices."""
+    so the checkpoint holds it as two slices (with shard_kernel; else it is whole)."""
     clients = [job.client(t) for t in range(2)]
     try:
         for t, c in enumerate(clients):
-            mine = {n: a for n, a in tensors.items() if n != "dense/kernel"}
-            if "dense/kernel" in tensors:
+            mine = {n: a for n, a in tensors.items() if n != "dense/kernel" or not shard_kernel}
+            if "dense/kernel" in tensors and shard_kernel:
                 k = tensors["dense/kernel"]
                 rows = k.shape[0] // 2
                 mine["dense/kernel"] = (k[t * rows:(t + 1) * rows], ["x", "unsharded"])
@@ -125,7 +125,7 @@ def test_diff_names_added_removed_and_changed(job):
     assert r.returncode == 1, r.stderr
     d = json.loads(r.stdout)
     assert d["added"] == ["new"] and d["removed"] == ["flags"]
-    assert {c["name"]: c["change"].split()[0] for c in d["changed"]} == {"dense/bias": "content", "embedding": "shape"}
+    assert {c["name"]: c["kind"] for c in d["changed"]} == {"dense/bias": "values", "embedding": "shape"}
     assert d["unchanged"] == 2  # dense/kernel (sliced: compared assembled) and global_step
     same = ckptctl("diff", step(1), step(1))
     assert same.returncode == 0 and "0 changed" in same.stdout
@@ -208,6 +208,11 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
         assert back.dtype == want and np.array_equal(back, tensors["dense/bias"].astype(want)), name
     r = ckptctl("restore", "on", "--out", tmp_path / "x", "--dtype", "float33", env=env)
     assert r.returncode == 2 and "unknown 'float33'" in r.stderr, r.stderr
+    r = ckptctl("restore", "on", "--out", tmp_path / "x", "--tensors", "^nothing$", env=env)
+    assert r.returncode == 2 and "matches '^nothing$'" in r.stderr, r.stderr
+    r = ckptctl("restore", "on", "--out", tmp_path / "p", env=env)
+    assert r.returncode == 0 and "restore: 100%" in r.stderr and not list(tmp_path.glob("p/**/*.partial"))
+    assert "restore:" not in ckptctl("restore", "on", "--out", tmp_path / "q", "-q", env=env).stderr
 
 
 def test_a_checksum_failure_during_restore_exits_one(job, tmp_path):
@@ -367,3 +372,192 @@ def test_gc_applies_retention_and_removes_what_a_crash_left(job, tmp_path):
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["removed"] == [2] and "orphans_left_to_daemon" not in out, r.stdout
     assert sorted(os.listdir(copy)) == ["checkpoint", "step-00000003"]
+    r = ckptctl("gc", run_dir, "--keep-last", 1)
+    assert r.returncode == 0 and "gc: 100% (1 of 1 steps)" in r.stderr, r.stderr
+
+
+def test_export_never_overwrites_unasked_and_shards_large_models(job, tmp_path):
+    tensors = model(4)
+    run_dir = save(job, "ex", 4, tensors, trainer_state={"next_step": b"5"})
+    out = tmp_path / "st"
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", out, "--json")
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    # The trainer state (string scalars) has no safetensors dtype: reported, not dropped silently.
+    assert [s["dtype"] for s in first["skipped"]] == ["string", "string"]
+    got, meta = read_safetensors(out / "model.safetensors")
+    assert sorted(got) == sorted(tensors)
+    assert meta == {"format": "pt", "run": "ex", "step": "4"}  # no paths: the file may travel
+    before = (out / "model.safetensors").read_bytes()
+    # A second export into the same place refuses; a filter matching nothing fails.
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", out)
+    assert r.returncode == 2 and "--force" in r.stderr, r.stderr
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", out, "--force", "--tensors", "^nothing$")
+    assert r.returncode == 2 and "no tensor" in r.stderr and "matches '^nothing$'" in r.stderr, r.stderr
+    assert (out / "model.safetensors").read_bytes() == before
+    r = ckptctl("export", run_dir, "--out", tmp_path / "npy", "--tensors", "_ckptd")
+    assert r.returncode == 2 and "nothing to export" in r.stderr, r.stderr
+    r = ckptctl("export", run_dir, "--out", tmp_path / "npy")
+    assert r.returncode == 0 and "skipped 2 with no npy dtype" in r.stdout, r.stdout + r.stderr
+    assert "export: 100%" in r.stderr and not list(tmp_path.glob("npy/**/*.partial")), r.stderr
+    # On a terminal, a progress bar (stderr through a pseudo-terminal).
+    import pty
+    leader, follower = pty.openpty()
+    r = subprocess.run([CKPTCTL, "export", run_dir, "--out", str(tmp_path / "tty")], stdout=subprocess.PIPE,
+                       stderr=follower, timeout=120)
+    os.close(follower)
+    bar = os.read(leader, 65536).decode()
+    os.close(leader)
+    assert r.returncode == 0 and "\rexport [" in bar and "100%" in bar, bar
+    assert ckptctl("export", run_dir, "--out", tmp_path / "npy").returncode == 2
+    assert ckptctl("export", run_dir, "--out", tmp_path / "npy", "--force").returncode == 0
+    # Above --max-shard-size: shards and the index Hugging Face's loaders read; the
+    # earlier single file goes, so no stale file sits beside the index.
+    r = ckptctl("export", run_dir, "--format", "safetensors", "--out", out, "--force", "--max-shard-size", "100B",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors", shards
+    assert sorted(os.listdir(out)) == sorted(shards + ["model.safetensors.index.json"])
+    total = 0
+    for shard in shards:
+        part, _ = read_safetensors(out / shard)
+        for name, (_, array) in part.items():
+            assert index["weight_map"][name] == shard and np.array_equal(array, tensors[name]), name
+            total += array.nbytes
+    assert sorted(index["weight_map"]) == sorted(tensors)
+    assert index["metadata"]["total_size"] == total == json.loads(r.stdout)["bytes"]
+    assert ckptctl("export", run_dir, "--format", "safetensors", "--out", out, "--max-shard-size", "9q").returncode == 2
+
+
+def test_diff_compares_logical_tensors_whatever_their_slicing(job):
+    a = model(1)
+    save(job, "dl", 1, a)                      # dense/kernel as two row slices
+    save(job, "dl", 2, a, shard_kernel=False)  # the same values, whole
+    b = dict(a)
+    b["dense/kernel"] = a["dense/kernel"].copy()
+    b["dense/kernel"][1, 2] += 1e-4
+    b["dense/kernel"][5, 3] += 2e-6
+    b["dense/bias"] = a["dense/bias"].astype(np.float64)
+    save(job, "dl", 3, b)
+    step = lambda s: os.path.join(job.root, "dl", f"step-{s:08d}")
+    kernel = next(e for e in json.loads(ckptctl("inspect", step(2), "--json").stdout)["entries"]
+                  if e["key"] == "dense/kernel")
+    assert "slices" not in kernel  # stored whole in step 2, as two slices in step 1
+    r = ckptctl("diff", step(1), step(2), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["unchanged"] == 5, r.stdout + r.stderr
+    r = ckptctl("diff", step(2), step(3), "--json")
+    assert r.returncode == 1, r.stderr
+    changes = {c["name"]: c for c in json.loads(r.stdout)["changed"]}
+    assert {n: c["kind"] for n, c in changes.items()} == {"dense/kernel": "values", "dense/bias": "dtype"}
+    k = changes["dense/kernel"]
+    assert k["mismatched"] == 2 and k["compared"] == 24 and k["first_mismatch"] == "[1, 2]"
+    assert k["max_abs_diff"] == pytest.approx(1e-4, rel=1e-2)
+    assert k["a"] == {"dtype": "float", "shape": [6, 4]} and changes["dense/bias"]["b"]["dtype"] == "double"
+    # Tolerances as numpy.isclose: one of the two changes is within atol 1e-5.
+    r = ckptctl("diff", step(2), step(3), "--tensors", "kernel", "--atol", "1e-5", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["changed"][0]["mismatched"] == 1 and out["tolerance"]["atol"] == 1e-5
+    r = ckptctl("diff", step(1), step(3), "--tensors", "kernel", "--atol", "1e-3")
+    assert r.returncode == 0 and "0 changed, 1 unchanged" in r.stdout, r.stdout
+    r = ckptctl("diff", step(1), step(3), "--tensors", "kernel", "--rtol", "0.5")
+    assert r.returncode == 0, r.stdout
+    r = ckptctl("diff", step(1), step(3), "--tensors", "kernel")
+    assert r.returncode == 1 and "2 of 24 element(s) differ" in r.stdout, r.stdout
+    assert ckptctl("diff", step(1), step(3), "--atol", "-1").returncode == 2
+
+
+def test_inspect_values_stats_trainer_state_and_checkpoint_facts(job):
+    tensors = model(6)
+    tensors["odd"] = np.array([[1.5, np.nan, -np.inf], [np.inf, -2.0, 0.25]], np.float32)
+    tensors["big"] = np.arange(3000, dtype=np.int32).reshape(30, 100)
+    run_dir = save(job, "in", 6, tensors, trainer_state={"next_step": b"7", "rng": b"\x00\xff"})
+    r = ckptctl("inspect", run_dir, "--stats", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    stats = {e["key"]: e.get("stats") for e in out["entries"]}
+    assert stats["odd"] == {"count": 6, "nan": 1, "pos_inf": 1, "neg_inf": 1, "min": -2.0, "max": 1.5,
+                            "mean": pytest.approx(-0.25 / 3)}
+    k = tensors["dense/kernel"]  # sliced: statistics of the whole tensor
+    assert stats["dense/kernel"]["min"] == pytest.approx(float(k.min()))
+    assert stats["dense/kernel"]["mean"] == pytest.approx(float(k.astype(np.float64).mean()))
+    assert stats["flags"]["max"] == 1 and stats["flags"]["mean"] == pytest.approx(2 / 3)
+    assert stats["_ckptd/trainer_state/0/next_step"] is None
+    assert out["trainer_state"] == {"0": {"next_step": "7", "rng": "\x00\ufffd"},
+                                    "1": {"next_step": "7", "rng": "\x00\ufffd"}}
+    facts = out["checkpoint"]
+    assert (facts["run"], facts["step"], facts["trainer_count"], facts["num_hosts"]) == ("in", 6, 2, 2)
+    assert [h["rank"] for h in facts["hosts"]] == [0, 1] and all(h["bytes"] > 0 for h in facts["hosts"])
+    assert facts["commit_seconds"] > 0 and facts["created_unix"] > 1.7e9
+    text = ckptctl("inspect", run_dir, "--stats").stdout
+    assert "run in, step 6" in text and "2 trainer(s) on 2 host(s)" in text, text
+    assert "trainer 1  rng = b'\\x00\\xff'" in text, text
+    assert "min -2.0 max 1.5" in text and "nan 1 +inf 1 -inf 1" in text, text
+
+    r = ckptctl("inspect", run_dir, "--values", "dense/kernel", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["shape"] == [6, 4] and np.array_equal(np.array(v["values"], np.float32), k)
+    v = json.loads(ckptctl("inspect", run_dir, "--values", "odd", "--json").stdout)
+    assert v["values"] == [[1.5, "nan", "-inf"], ["inf", -2.0, 0.25]]
+    text = ckptctl("inspect", run_dir, "--values", "odd").stdout
+    assert text.splitlines()[1:] == ["[[1.5, nan, -inf],", " [inf, -2.0, 0.25]]"], text
+    text = ckptctl("inspect", run_dir, "--values", "big").stdout  # numpy's summary above 1000 elements
+    assert text.splitlines()[1:] == ["[[0, 1, 2, ..., 97, 98, 99],", " [100, 101, 102, ..., 197, 198, 199],",
+                                     " [200, 201, 202, ..., 297, 298, 299],", " ...,",
+                                     " [2700, 2701, 2702, ..., 2797, 2798, 2799],",
+                                     " [2800, 2801, 2802, ..., 2897, 2898, 2899],",
+                                     " [2900, 2901, 2902, ..., 2997, 2998, 2999]]"], text
+    assert ckptctl("inspect", run_dir, "--values", "global_step").stdout.splitlines()[1] == "6"
+    assert ckptctl("inspect", run_dir, "--values", "flags").stdout.splitlines()[1] == "[True, False, True]"
+    text = ckptctl("inspect", run_dir, "--values", "_ckptd/trainer_state/0/next_step").stdout
+    assert text.splitlines()[1] == "b'7'", text
+    r = ckptctl("inspect", run_dir, "--values", "nope")
+    assert r.returncode == 2 and "nope" in r.stderr, r.stderr
+
+
+TESTDATA = os.path.join(os.environ.get("CKPTD_SOURCE_DIR", "."), "tests", "testdata", "tf")
+NUMPY_DTYPES = {"float": np.float32, "double": np.float64, "int32": np.int32, "int64": np.int64,
+                "bool": np.bool_, "half": np.float16, "uint8": np.uint8, "int8": np.int8, "int16": np.int16}
+
+
+@pytest.mark.parametrize("name", sorted(d for d in os.listdir(TESTDATA) if os.path.isdir(os.path.join(TESTDATA, d)))
+                         if os.path.isdir(TESTDATA) else [])
+def test_values_of_checkpoints_tensorflow_wrote_match_their_bytes(name):
+    """Every value `inspect --values` prints, packed back into its dtype, hashes to the
+    sha256 of the entry's bytes in the data file; string scalars print as Python bytes
+    literals equal to the stored string."""
+    import ast
+    import hashlib
+    folder = os.path.join(TESTDATA, name)
+    expected = json.load(open(os.path.join(folder, "expected.json")))
+    target = folder if os.path.exists(os.path.join(folder, "checkpoint")) else os.path.join(folder, "variables")
+    checked = 0
+    for entry in expected["entries"]:
+        if "slices" in entry:
+            continue
+        key, dtype = entry["key"], entry["dtype"]
+        if dtype == "string" and entry["shape"] == []:
+            r = ckptctl("inspect", target, "--values", key)
+            assert r.returncode == 0, r.stderr
+            value = ast.literal_eval(r.stdout.split("\n", 1)[1].strip())
+            data = sorted(f for f in os.listdir(folder) if ".data-" in f)[entry["shard"]]
+            with open(os.path.join(folder, data), "rb") as f:
+                f.seek(entry["offset"])
+                raw = f.read(entry["size"])
+            assert raw.endswith(value) and len(raw) - len(value) in range(5, 15), key
+            checked += 1
+        elif dtype in NUMPY_DTYPES:
+            r = ckptctl("inspect", target, "--values", key, "--json")
+            assert r.returncode == 0, r.stderr
+            out = json.loads(r.stdout)
+            array = np.array(out["values"], dtype=NUMPY_DTYPES[dtype]).reshape(out["shape"])
+            assert hashlib.sha256(array.tobytes()).hexdigest() == entry["sha256"], key
+            stats = json.loads(ckptctl("inspect", target, "--stats", "--json", "--tensors",
+                                       "^" + key.replace(".", "\\.") + "$").stdout)["entries"][0]["stats"]
+            if array.size:
+                assert stats["min"] == pytest.approx(float(array.min())) and stats["count"] == array.size, key
+                assert stats["mean"] == pytest.approx(float(array.astype(np.float64).mean()), abs=1e-12), key
+            checked += 1
+    assert checked > 0

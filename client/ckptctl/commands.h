@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/ckptctl/cli.h"
+#include "daemon/bundle/bundle.h"
 #include "daemon/io/file_system.h"
 
 namespace ckptctl {
@@ -23,6 +24,11 @@ namespace ckptctl {
 // Offline commands read checkpoint files through `fs` from now on (default: this
 // machine's file system); ckptctl passes a daemon's (DaemonFileSystem) for --address.
 void ReadCheckpointsThrough(ckptd::FileSystem* fs);
+
+// The checkpoint `arg` names (see below), opened through ReadCheckpointsThrough's
+// file system; *prefix_out: its bundle prefix.
+absl::StatusOr<std::unique_ptr<ckptd::BundleReader>> OpenCheckpoint(const std::string& arg,
+                                                                    std::string* prefix_out);
 
 // `checkpoint` arguments accept a bundle prefix, a step directory, a run directory
 // (its newest step) or a directory holding exactly one PREFIX.index.
@@ -71,6 +77,11 @@ struct DiffOptions {
 // Logical tensors: slicing does not matter, only dtype, shape and values.
 int Diff(const std::string& a, const std::string& b, const std::string& pattern, const DiffOptions& options,
          bool as_json);
+// A TF V2 checkpoint (prefix, step or run directory) or safetensors (a file, or a
+// directory with model.safetensors or model.safetensors.index.json and its shards)
+// becomes committed step `step` of the run directory <root>/<run> (storage: shared):
+// verified, written under a temp name, verified again, renamed. Never replaces a step.
+int Import(const std::string& src, const std::string& run_dir, int64_t step, bool quiet, bool as_json);
 int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool quiet, bool as_json);
 
 // Connects (into *client) and names the step of `run` (nullopt: the newest committed)

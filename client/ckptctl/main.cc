@@ -100,6 +100,19 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   diff->add_flag("--json", as_json, "print JSON");
 
+  CLI::App* importer = app.add_subcommand(
+      "import",
+      "make a TensorFlow V2 checkpoint or safetensors a committed step of a run (trainers restore it)");
+  importer
+      ->add_option("SRC", target,
+                   "TF checkpoint (prefix, step or run directory), a .safetensors file, or a directory with "
+                   "model.safetensors or model.safetensors.index.json")
+      ->required();
+  importer->add_option("RUN_DIR", second, "run directory (<root>/<run>) on a shared root")->required();
+  importer->add_option("--step", step, "the step it becomes (never replaces one)")->required();
+  importer->add_flag("-q,--quiet", quiet, "no progress");
+  importer->add_flag("--json", as_json, "print JSON");
+
   CLI::App* gc =
       app.add_subcommand("gc", "apply retention to a run directory (never removes the newest step)");
   gc->add_option("DIR", target, "run directory (<root>/<run>)")->required();
@@ -194,6 +207,7 @@ int main(int argc, char** argv) {
     export_options.max_shard_bytes = *max_shard;
     return ckptctl::Export(target, export_options, as_json);
   }
+  if (importer->parsed()) return ckptctl::Import(target, second, step, quiet, as_json);
   if (diff->parsed()) return ckptctl::Diff(target, second, pattern, diff_options, as_json);
   if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, quiet, as_json);
   if (status->parsed()) return ckptctl::Status(daemon, as_json);

@@ -93,15 +93,6 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
                                           "directory, or a directory with a `checkpoint` file)"));
 }
 
-absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& arg,
-                                                             std::string* prefix_out) {
-  ckptd::FileSystem* fs = CheckpointFs();
-  auto prefix = ResolvePrefix(fs, arg);
-  if (!prefix.ok()) return prefix.status();
-  if (prefix_out != nullptr) *prefix_out = *prefix;
-  return BundleReader::Open(fs, *prefix);
-}
-
 // ckptd.json beside a prefix, when the checkpoint is ours (and readable); else
 // defaults (a checkpoint TensorFlow wrote has none).
 ckptd::CheckpointMeta ReadMeta(const std::string& prefix) {
@@ -167,6 +158,15 @@ absl::StatusOr<RunDir> OpenRunDir(const std::string& dir) {
 }  // namespace
 
 void ReadCheckpointsThrough(ckptd::FileSystem* fs) { checkpoint_fs = fs; }
+
+absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const std::string& arg,
+                                                             std::string* prefix_out) {
+  ckptd::FileSystem* fs = CheckpointFs();
+  auto prefix = ResolvePrefix(fs, arg);
+  if (!prefix.ok()) return prefix.status();
+  if (prefix_out != nullptr) *prefix_out = *prefix;
+  return BundleReader::Open(fs, *prefix);
+}
 
 // --- ls ---------------------------------------------------------------------------
 
@@ -450,19 +450,28 @@ json MetaJson(const ckptd::CheckpointMeta& meta) {
                      {"write_seconds", h.write_seconds},
                      {"copies", h.copies}});
   }
-  return {{"run", meta.run},
-          {"step", meta.step},
-          {"version", meta.version},
-          {"storage", meta.storage},
-          {"trainer_count", meta.trainer_count},
-          {"num_hosts", meta.num_hosts},
-          {"created_unix", meta.created_unix},
-          {"commit_seconds", meta.commit_seconds},
-          {"max_write_seconds", meta.max_write_seconds},
-          {"hosts", hosts}};
+  json out = {{"run", meta.run},
+              {"step", meta.step},
+              {"version", meta.version},
+              {"storage", meta.storage},
+              {"trainer_count", meta.trainer_count},
+              {"num_hosts", meta.num_hosts},
+              {"created_unix", meta.created_unix},
+              {"commit_seconds", meta.commit_seconds},
+              {"max_write_seconds", meta.max_write_seconds},
+              {"hosts", hosts}};
+  if (!meta.imported_from.empty()) out["imported_from"] = meta.imported_from;
+  return out;
 }
 
 void PrintMeta(const ckptd::CheckpointMeta& meta) {
+  if (!meta.imported_from.empty()) {
+    std::printf("run %s, step %lld, imported from a %s by ckptctl %s at %s; %d data file(s)\n",
+                meta.run.c_str(), static_cast<long long>(meta.step), meta.imported_from.c_str(),
+                meta.version.c_str(), LocalTime(static_cast<double>(meta.created_unix)).c_str(),
+                meta.num_hosts);
+    return;
+  }
   std::printf("run %s, step %lld, saved by ckptd %s at %s; %d trainer(s) on %d host(s), storage %s\n",
               meta.run.c_str(), static_cast<long long>(meta.step), meta.version.c_str(),
               LocalTime(static_cast<double>(meta.created_unix)).c_str(), meta.trainer_count, meta.num_hosts,

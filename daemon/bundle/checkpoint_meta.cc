@@ -27,7 +27,7 @@ std::string CheckpointMeta::ToJson() const {
     if (!t.layout.empty()) tensor["layout"] = t.layout;
     tensor_list.push_back(std::move(tensor));
   }
-  const nlohmann::json doc = {
+  nlohmann::json doc = {
       {"format", format},
       {"version", version},
       {"run", run},
@@ -42,6 +42,7 @@ std::string CheckpointMeta::ToJson() const {
       {"tensors", tensor_list},
       {"timings", {{"max_write_seconds", max_write_seconds}, {"commit_seconds", commit_seconds}}},
   };
+  if (!imported_from.empty()) doc["imported_from"] = imported_from;
   return doc.dump(1);
 }
 
@@ -60,6 +61,7 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
     meta.mesh = doc.value("mesh", "");
     meta.created_unix = doc.value("created_unix", int64_t{0});
     meta.bytes_per_host = doc.value("bytes_per_host", std::vector<int64_t>());
+    meta.imported_from = doc.value("imported_from", "");
     for (const auto& h : doc.value("hosts", nlohmann::json::array())) {
       meta.hosts.push_back({.rank = h.value("rank", 0),
                             .host = h.value("host", ""),

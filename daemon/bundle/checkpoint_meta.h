@@ -55,6 +55,8 @@ struct CheckpointMeta {
   std::vector<Tensor> tensors{};
   double max_write_seconds = 0;
   double commit_seconds = 0;
+  // Set by `ckptctl import` (what the step was made from); empty for a saved step.
+  std::string imported_from{};
 
   // The host name of saving rank `rank`; "" when unrecorded (older files) or unknown.
   std::string HostOf(int rank) const;

@@ -269,7 +269,7 @@ def test_restore_needs_no_view_of_the_daemons_files(job, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["ls", "inspect", "verify", "export", "diff", "gc", "status", "wait", "latest",
-                                     "restore"])
+                                     "restore", "import"])
 def test_every_command_has_help_with_exit_codes(command):
     r = ckptctl(command, "--help")
     assert r.returncode == 0 and "Exit codes" in r.stdout, r.stdout + r.stderr
@@ -561,3 +561,89 @@ def test_values_of_checkpoints_tensorflow_wrote_match_their_bytes(name):
                 assert stats["mean"] == pytest.approx(float(array.astype(np.float64).mean()), abs=1e-12), key
             checked += 1
     assert checked > 0
+
+
+def write_safetensors(path, tensors, offsets=None):
+    """A safetensors file as the reference writer lays it out; `offsets` overrides
+    the data_offsets of named tensors (to write broken files)."""
+    names = {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.int32: "I32", np.bool_: "BOOL",
+             np.uint8: "U8", np.float16: "F16"}
+    header, blobs, at = {}, [], 0
+    for name, a in tensors.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": names[a.dtype.type], "shape": list(a.shape),
+                        "data_offsets": (offsets or {}).get(name, [at, at + len(raw)])}
+        blobs.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_import_makes_a_committed_step_that_trainers_restore_in_any_layout(job, tmp_path):
+    # Safetensors as a model hub ships it: two shards and the index.
+    src = tmp_path / "hub"
+    src.mkdir()
+    rng = np.random.default_rng(9)
+    tensors = {"embed": rng.standard_normal((8, 6)).astype(np.float32),
+               "head/w": rng.standard_normal((6, 4)).astype(np.float16),
+               "head/b": np.arange(4, dtype=np.int64), "mask": np.array([True, False])}
+    write_safetensors(src / "model-00001-of-00002.safetensors", {"embed": tensors["embed"]})
+    write_safetensors(src / "model-00002-of-00002.safetensors", {k: v for k, v in tensors.items() if k != "embed"})
+    (src / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: f"model-0000{1 if k == 'embed' else 2}-of-00002.safetensors"
+                                        for k in tensors}}))
+    run_dir = os.path.join(job.root, "hub")
+    r = ckptctl("import", src, run_dir, "--step", 100, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["step"], out["tensors"], out["source"]) == (100, 4, "safetensors")
+    assert ckptctl("verify", run_dir).returncode == 0
+    facts = json.loads(ckptctl("inspect", run_dir, "--json").stdout)["checkpoint"]
+    assert facts["imported_from"] == "safetensors model (2 file(s))" and facts["run"] == "hub"
+    # Each trainer restores its half of the rows of 'embed' (saved whole) over mesh
+    # x=2; 'head/w' comes back widened to float32.
+    for t in range(2):
+        with job.client(t) as c:
+            got = c.restore("hub", None, {"embed": ([8, 6], None, ["x", "unsharded"]),
+                                          "head/w": (None, np.float32, None), "head/b": (None,), "mask": (None,)},
+                            mesh=mesh_for(t), device_ids=[t])
+            assert np.array_equal(got["embed"], tensors["embed"][4 * t:4 * t + 4])
+            assert got["head/w"].dtype == np.float32
+            assert np.array_equal(got["head/w"], tensors["head/w"].astype(np.float32))
+            assert np.array_equal(got["head/b"], tensors["head/b"]) and np.array_equal(got["mask"], tensors["mask"])
+
+    # A checkpoint TensorFlow wrote (two data files) into the same run, restored whole.
+    tf_src = os.path.join(TESTDATA, "ocr", "variables")
+    r = ckptctl("import", tf_src, run_dir, "--step", 200)
+    assert r.returncode == 0 and "imported 26 tensor(s)" in r.stdout, r.stdout + r.stderr
+    with job.client(1) as c:
+        got = c.restore("hub", 200, {"layer-1/kernel/.ATTRIBUTES/VARIABLE_VALUE": (None,)})
+    exported = tmp_path / "ocr-npy"
+    assert ckptctl("export", tf_src, "--out", exported, "--tensors", "^layer-1/kernel/.ATTR").returncode == 0
+    assert np.array_equal(got["layer-1/kernel/.ATTRIBUTES/VARIABLE_VALUE"],
+                          np.load(exported / "layer-1" / "kernel" / ".ATTRIBUTES" / "VARIABLE_VALUE.npy"))
+    assert ckptctl("diff", tf_src, run_dir).returncode == 0
+
+    # Refusals leave nothing behind: a step that exists, a broken file, a corrupt source.
+    before = sorted(os.listdir(run_dir))
+    r = ckptctl("import", tf_src, run_dir, "--step", 200)
+    assert r.returncode == 2 and "never replaced" in r.stderr, r.stderr
+    broken = tmp_path / "broken.safetensors"
+    write_safetensors(broken, {"a": np.zeros(4, np.float32), "b": np.zeros(4, np.float32)}, {"b": [8, 24]})
+    r = ckptctl("import", broken, run_dir, "--step", 300)
+    assert r.returncode == 2 and "gap or overlaps" in r.stderr, r.stderr
+    write_safetensors(broken, {"_ckptd/x": np.zeros(1, np.float32)})
+    r = ckptctl("import", broken, run_dir, "--step", 300)
+    assert r.returncode == 2 and "reserved" in r.stderr, r.stderr
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(os.path.join(TESTDATA, "ocr"), corrupt)
+    flip = corrupt / "variables.data-00001-of-00002"
+    blob = bytearray(flip.read_bytes())
+    blob[100] ^= 0xFF
+    flip.write_bytes(bytes(blob))
+    r = ckptctl("import", corrupt / "variables", run_dir, "--step", 300)
+    assert r.returncode == 2 and "does not verify" in r.stderr, r.stderr
+    assert sorted(os.listdir(run_dir)) == before
+    assert json.loads(ckptctl("latest", run_dir, "--json").stdout)["step"] == 200

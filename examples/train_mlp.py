@@ -10,13 +10,17 @@ daemons write; the trainer waits for a checkpoint only before starting the next.
 
 On start the trainer restores the newest committed step of the run, if any, and goes
 on from there: same data order, same updates, so the loss curve is identical to a
-run that was never interrupted. Try it beside two daemons:
+run that was never interrupted. Try it from the repository root once it is built
+(scripts/demo.sh or scripts/test.sh), beside two daemons:
 
-    mpirun -np 2 ckptd --root /tmp/ckpt --socket /tmp/ckptd/ckptd-{rank}.sock &
-    mpirun -np 2 /usr/bin/python3 examples/train_mlp.py \\
-        --socket /tmp/ckptd/ckptd-{rank}.sock --steps 200 --die-at 130
-    mpirun -np 2 /usr/bin/python3 examples/train_mlp.py \\
-        --socket /tmp/ckptd/ckptd-{rank}.sock --steps 200   # resumes from step 120
+    mpirun -np 2 build/ckptd --root /tmp/mlp-demo/root --socket /tmp/mlp-demo/ckptd-{rank}.sock &
+    mpirun -np 2 /usr/bin/python3 examples/train_mlp.py --socket /tmp/mlp-demo/ckptd-{rank}.sock --steps 200 --die-at 130 --loss-log /tmp/mlp-demo/loss.tsv
+    mpirun -np 2 /usr/bin/python3 examples/train_mlp.py --socket /tmp/mlp-demo/ckptd-{rank}.sock --steps 200 --loss-log /tmp/mlp-demo/loss.tsv   # resumes from step 130
+
+The second command kills its trainers after step 130, once step 130 is committed;
+the third resumes from it. (As root, mpirun also wants --allow-run-as-root.) The
+ckptd package comes from an install (pip install client/python) or, in a built
+tree, from build/python, which this script finds by itself.
 
 Rank 0 appends "step<TAB>loss" lines to --loss-log (losses printed with repr, so two
 curves compare exactly).
@@ -30,7 +34,11 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import ckptd
+try:
+    import ckptd
+except ImportError:  # not installed: the package a build assembles in build/python
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "python"))
+    import ckptd
 
 INPUTS, HIDDEN, CLASSES = 16, 32, 4
 SAMPLES = 4096

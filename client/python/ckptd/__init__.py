@@ -4,11 +4,14 @@
     c = ckptd.Client()                       # $CKPTD_ADDRESS, the daemon on this host
     c.save("run", 100, {"w": w, "b": b})     # returns once staged; reuse w and b at once
     c.wait("run", 100)                       # durable on every host
-    out = c.restore("run", None, {"w": (w.shape, w.dtype, None)})  # newest step
+    out = c.restore("run", None)             # every tensor of the newest step
+    out = c.restore("run", 100, {"w": ckptd.RestoreSpec(layout=["x", "unsharded"])},
+                    mesh=mesh, device_ids=[0])  # this trainer's rows of w
 
 Errors raise ckptd.Error, which carries the gRPC status code and message.
 """
 
-from ckptd.client import Client, Error, SaveResult, RestoreResult
+from ckptd.client import (Client, Error, RestoreResult, RestoreSpec, SaveResult, TensorSpec)
 
-__all__ = ["Client", "Error", "SaveResult", "RestoreResult"]
+__version__ = "0.1.0"
+__all__ = ["Client", "Error", "RestoreResult", "RestoreSpec", "SaveResult", "TensorSpec", "__version__"]

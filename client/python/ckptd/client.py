@@ -9,14 +9,19 @@ Both paths give identical checkpoints.
 A Client is not thread-safe; use one per thread (or guard it).
 """
 
+from __future__ import annotations
+
 import fcntl
 import mmap
 import os
 from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
-from google.protobuf import json_format
+import numpy.typing as npt
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from ckptd.v1 import ckptd_pb2, ckptd_pb2_grpc
 
@@ -26,39 +31,80 @@ _MAX_FREE_SEGMENTS = 2
 _MAX_BUSY_SEGMENTS = 4
 
 # TensorFlow DataType numbers of the numpy dtypes ckptd stores.
-_TF_DTYPE = {
+_TF_DTYPE: Dict[np.dtype[Any], int] = {
     np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int32): 3,
     np.dtype(np.uint8): 4, np.dtype(np.int16): 5, np.dtype(np.int8): 6,
     np.dtype(np.int64): 9, np.dtype(np.bool_): 10, np.dtype(np.uint16): 17,
     np.dtype(np.float16): 19, np.dtype(np.uint32): 22, np.dtype(np.uint64): 23,
 }
-_NP_DTYPE = {v: k for k, v in _TF_DTYPE.items()}
+_NP_DTYPE: Dict[int, np.dtype[Any]] = {v: k for k, v in _TF_DTYPE.items()}
 _TF_BFLOAT16 = 14  # no numpy dtype: restored as uint16 bit patterns
 
 
 class Error(Exception):
     """A failed call: `code` is the grpc.StatusCode, `details` the daemon's message."""
 
-    def __init__(self, code, details):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a save, when it is not a whole array: this trainer's box(es).
+
+    array: this trainer's part (a list of arrays, one per device of device_ids, when
+    it holds several); layout: a sharding spec per dimension (a mesh dimension name
+    or "unsharded") over the save's mesh; global_shape: the whole tensor's shape
+    (default: each box dimension times the size of the mesh dimension it is sharded
+    over).
+    """
+
+    array: Union[npt.ArrayLike, Sequence[npt.ArrayLike]]
+    layout: Sequence[str]
+    global_shape: Optional[Sequence[int]] = None
+
+
+@dataclass(frozen=True)
+class RestoreSpec:
+    """How to restore one tensor: shape None or the stored global shape (checked);
+    dtype None for the stored one, or a float dtype to convert to; layout None for
+    the whole tensor, or sharding specs over the restore's mesh for this trainer's
+    boxes."""
+
+    shape: Optional[Sequence[int]] = None
+    dtype: Optional[npt.DTypeLike] = None
+    layout: Optional[Sequence[str]] = None
+
+
+#: What save() takes per tensor: a whole array, a TensorSpec, or the older tuple
+#: (array, layout[, global_shape]).
+SaveValue = Union[npt.ArrayLike, TensorSpec, Tuple[Any, ...]]
+#: What restore() takes per tensor: a RestoreSpec, None (whole, as stored) or the
+#: older tuple (shape, dtype, layout).
+RestoreValue = Union[RestoreSpec, None, Tuple[Any, ...]]
+#: A restored tensor: one array, or one per device when restored to several.
+Restored = Union[npt.NDArray[Any], List[npt.NDArray[Any]]]
+
+
 @dataclass
 class SaveResult:
+    """What a save staged."""
+
     bytes_staged: int
     staging_seconds: float  # as the daemon measured it
     shared_memory: bool     # which path the bytes took
 
 
-class RestoreResult(dict):
+class RestoreResult(Dict[str, Restored]):
     """{name: ndarray} (a list of arrays for a tensor restored to several devices),
     plus the step restored, this trainer's state and the daemon's note."""
 
-    def __init__(self, arrays, step, trainer_state, note):
+    def __init__(self, arrays: Mapping[str, Restored], step: int, trainer_state: Dict[str, bytes],
+                 note: str) -> None:
         super().__init__(arrays)
-        self.step = step
+        self.step = int(step)
         self.trainer_state = trainer_state
         self.note = note
 
@@ -66,7 +112,7 @@ class RestoreResult(dict):
 class _Segment:
     """A sealed memfd mapped here; the daemon maps it through /proc/<pid>/fd/<fd>."""
 
-    def __init__(self, size):
+    def __init__(self, size: int) -> None:
         self.size = max(size, 1)
         self.fd = os.memfd_create("ckptd-segment", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -78,7 +124,7 @@ class _Segment:
             os.close(self.fd)
             raise
 
-    def close(self):
+    def close(self) -> None:
         # Arrays may still view the mapping; mmap then stays alive until they go.
         try:
             self.map.close()
@@ -87,20 +133,50 @@ class _Segment:
         os.close(self.fd)
 
 
-def _dtype_number(dtype):
+def _dtype_number(dtype: npt.DTypeLike) -> int:
     dtype = np.dtype(dtype)
     if dtype not in _TF_DTYPE:
         raise TypeError(f"ckptd cannot store numpy dtype {dtype}")
     return _TF_DTYPE[dtype]
 
 
-def _set_box(box, start, length):
+def _set_box(box: Any, start: Sequence[int], length: Sequence[int]) -> None:
     box.start.extend(int(s) for s in start)
     box.length.extend(int(n) for n in length)
 
 
-def _raise(e):
+def _raise(e: grpc.RpcError) -> NoReturn:
     raise Error(e.code(), e.details()) from None
+
+
+def _to_python(msg: Message) -> Dict[str, Any]:
+    """Every field of a message (defaults included) as plain Python values: 64-bit
+    integers as int (json_format would give strings), enums by name, nested messages
+    as dicts. Independent of json_format's keyword arguments, which changed in
+    protobuf 5.26."""
+    out: Dict[str, Any] = {}
+    for field in msg.DESCRIPTOR.fields:
+        value = getattr(msg, field.name)
+        message = field.type == FieldDescriptor.TYPE_MESSAGE
+        if message and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: _to_python(v) if value_field.type == FieldDescriptor.TYPE_MESSAGE else v
+                               for k, v in value.items()}
+        elif field.label == FieldDescriptor.LABEL_REPEATED:
+            out[field.name] = [_to_python(v) if message else _scalar(field, v) for v in value]
+        elif message:
+            if msg.HasField(field.name):
+                out[field.name] = _to_python(value)
+        else:
+            out[field.name] = _scalar(field, value)
+    return out
+
+
+def _scalar(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known is not None else value
+    return value
 
 
 class Client:
@@ -110,7 +186,8 @@ class Client:
     transport: "auto" (shared memory on a unix socket), "stream" or "shm".
     """
 
-    def __init__(self, address=None, timeout=10.0, transport="auto"):
+    def __init__(self, address: Optional[str] = None, timeout: float = 10.0, transport: str = "auto") -> None:
+        """Connects within `timeout` seconds; raises Error(UNAVAILABLE) otherwise."""
         address = address or os.environ.get("CKPTD_ADDRESS", "")
         if not address:
             raise ValueError("no daemon address: pass one or set CKPTD_ADDRESS")
@@ -131,53 +208,56 @@ class Client:
             self._channel.close()
             raise Error(grpc.StatusCode.UNAVAILABLE,
                         f"cannot connect to ckptd at {address} within {timeout} s") from None
-        self._stub = ckptd_pb2_grpc.CkptdStub(self._channel)
-        self._free = []      # segments free for reuse
-        self._busy = {}      # (run, step) -> segment the daemon may still read
-        self._barriers = {}  # run -> next barrier id
+        self._stub = ckptd_pb2_grpc.CkptdStub(self._channel)  # type: ignore[no-untyped-call]
+        self._free: List[_Segment] = []                  # segments free for reuse
+        self._busy: Dict[Tuple[str, int], _Segment] = {}  # (run, step) -> segment the daemon may still read
+        self._barriers: Dict[str, int] = {}               # run -> next barrier id
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the channel and frees this client's shared-memory segments."""
         for seg in self._free + list(self._busy.values()):
             seg.close()
         self._free, self._busy = [], {}
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- save -----------------------------------------------------------------
 
-    def save(self, run, step, tensors, trainer_id=0, trainer_count=1, mesh="", device_ids=(),
-             trainer_state=None, store_float32_as_bfloat16=False, timeout=600.0):
+    def save(self, run: str, step: int, tensors: Mapping[str, SaveValue], trainer_id: int = 0,
+             trainer_count: int = 1, mesh: str = "", device_ids: Sequence[int] = (),
+             trainer_state: Optional[Mapping[str, bytes]] = None, store_float32_as_bfloat16: bool = False,
+             timeout: float = 600.0) -> SaveResult:
         """Stages this trainer's tensors for (run, step) and returns a SaveResult once
         they are in daemon memory; the arrays may be changed right after.
 
-        tensors: {name: array} for a whole tensor, or {name: (array, layout)} where
-        layout is a list of sharding specs (a mesh dimension or "unsharded" per
-        dimension) over `mesh`, and array is this trainer's box (a list of arrays,
-        one per device of device_ids, when it holds several). Arrays of a layout
-        carry their global shape as `(array, layout, global_shape)`; without it the
-        shape is the box's shape times the mesh dimension sizes, from the mesh.
+        tensors: {name: array} for a whole tensor, or {name: TensorSpec(array, layout)}
+        for this trainer's box(es) of a tensor sharded over `mesh` (the tuple
+        (array, layout[, global_shape]) is accepted too). trainer_state: opaque bytes
+        this trainer gets back from restore(trainer_state=True).
         """
         header = ckptd_pb2.SaveHeader(run=run, step=step, trainer_id=trainer_id,
                                       trainer_count=trainer_count, mesh=mesh,
                                       device_ids=list(device_ids),
                                       store_float32_as_bfloat16=store_float32_as_bfloat16)
-        for key, value in (trainer_state or {}).items():
-            header.trainer_state[key] = bytes(value)
+        for key, state in (trainer_state or {}).items():
+            header.trainer_state[key] = bytes(state)
         pieces = []
         mesh_dims = _mesh_dims(mesh) if mesh else {}
         for name, value in tensors.items():
             d = header.tensors.add(name=name)
             if isinstance(value, tuple):
-                arrays, layout = value[0], list(value[1])
+                value = TensorSpec(value[0], value[1], value[2] if len(value) > 2 else None)
+            if isinstance(value, TensorSpec):
+                arrays, layout = value.array, list(value.layout)
                 arrays = list(arrays) if isinstance(arrays, (list, tuple)) else [arrays]
                 arrays = [np.asarray(a) for a in arrays]
-                if len(value) > 2:
-                    shape = [int(n) for n in value[2]]
+                if value.global_shape is not None:
+                    shape = [int(n) for n in value.global_shape]
                 else:
                     shape = [n * mesh_dims.get(spec, 1) for n, spec in zip(arrays[0].shape, layout)]
                 d.layout.sharding_specs.extend(layout)
@@ -197,23 +277,23 @@ class Client:
                 self._shm_works = False
         return self._save_stream(header, pieces, timeout)
 
-    def _use_shm(self):
+    def _use_shm(self) -> bool:
         if self._transport == "stream":
             return False
         return self._transport == "shm" or (self._local and self._shm_works)
 
-    def _take_segment(self, size):
+    def _take_segment(self, size: int) -> _Segment:
         for i, seg in enumerate(self._free):
             if seg.size >= size and seg.size - size <= seg.size // 4:
                 return self._free.pop(i)
         return _Segment(size)
 
-    def _give_back(self, seg):
+    def _give_back(self, seg: _Segment) -> None:
         self._free.append(seg)
         while len(self._free) > _MAX_FREE_SEGMENTS:
             self._free.pop(0).close()
 
-    def _save_shm(self, header, pieces, timeout):
+    def _save_shm(self, header: Any, pieces: List[npt.NDArray[Any]], timeout: float) -> SaveResult:
         total = sum(a.nbytes for a in pieces)
         seg = self._take_segment(total)
         offset = 0
@@ -239,12 +319,12 @@ class Client:
             self._busy.pop(next(iter(self._busy))).close()
         return SaveResult(reply.bytes_staged, reply.staging_seconds, True)
 
-    def _save_stream(self, header, pieces, timeout):
-        def requests():
+    def _save_stream(self, header: Any, pieces: List[npt.NDArray[Any]], timeout: float) -> SaveResult:
+        def requests() -> Iterator[Any]:
             yield ckptd_pb2.SaveRequest(header=header)
             chunk = bytearray()
             for a in pieces:
-                view = memoryview(np.ascontiguousarray(a)).cast("B")
+                view = np.ascontiguousarray(a).data.cast("B")
                 pos = 0
                 while pos < len(view):
                     n = min(len(view) - pos, _CHUNK - len(chunk))
@@ -263,7 +343,7 @@ class Client:
 
     # --- wait, restore, barrier, status -----------------------------------------
 
-    def wait(self, run, step, timeout=600.0):
+    def wait(self, run: str, step: int, timeout: float = 600.0) -> str:
         """Returns the published step directory once (run, step) is committed on every
         host; raises Error with the step's failure otherwise."""
         try:
@@ -272,26 +352,37 @@ class Client:
             _raise(e)
         for key in [k for k in self._busy if k[0] == run and k[1] <= step]:
             self._give_back(self._busy.pop(key))
-        return reply.path
+        return str(reply.path)
 
-    def restore(self, run, step, tensors, mesh="", device_ids=(), trainer_id=0,
-                trainer_state=False, fallback=False, timeout=600.0):
+    def restore(self, run: str, step: Optional[int], tensors: Optional[Mapping[str, RestoreValue]] = None,
+                mesh: str = "", device_ids: Sequence[int] = (), trainer_id: int = 0,
+                trainer_state: bool = False, fallback: bool = False, timeout: float = 600.0) -> RestoreResult:
         """Reads tensors of (run, step), or of the newest committed step when step is
         None, and returns a RestoreResult {name: ndarray}.
 
-        tensors: {name: (shape, dtype, layout)}: shape None or the stored global shape
-        (checked); dtype None for the stored one, or a float dtype to convert to;
-        layout None for the whole tensor, or sharding specs over `mesh` for this
-        trainer's boxes (one array per device of device_ids; a single array when
-        there is one device).
+        tensors: {name: RestoreSpec(shape, dtype, layout)} (or None per tensor for it
+        whole, as stored; the tuple (shape, dtype, layout) is accepted too). A
+        layout restores this trainer's boxes over `mesh`: one array per device of
+        device_ids, a single array when there is one device. tensors=None restores
+        every tensor of the step whole, as stored (bfloat16 as uint16 bit patterns;
+        string tensors, which numpy cannot hold, are left out).
         """
+        if tensors is None:
+            step = self._resolve_step(run, step, fallback, timeout)
+            tensors = {name: None for name in self._numeric_tensors(run, step, timeout)}
         request = ckptd_pb2.RestoreRequest(run=run, step=step or 0, latest=step is None,
                                            mesh=mesh, device_ids=list(device_ids),
                                            trainer_id=trainer_id, trainer_state=trainer_state,
                                            fallback=fallback)
         layouts = []
-        for name, spec in tensors.items():
-            shape, dtype, layout = (tuple(spec) + (None, None, None))[:3]
+        for name, value in tensors.items():
+            if value is None:
+                spec = RestoreSpec()
+            elif isinstance(value, RestoreSpec):
+                spec = value
+            else:
+                spec = RestoreSpec(*(tuple(value) + (None, None, None))[:3])
+            shape, dtype, layout = spec.shape, spec.dtype, spec.layout
             t = request.tensors.add(name=name)
             if dtype is not None:
                 t.dtype = _dtype_number(dtype)
@@ -309,45 +400,65 @@ class Client:
                 self._shm_works = False
         return self._restore_stream(request, layouts, timeout)
 
-    def _call_restore(self, request, timeout):
+    def _resolve_step(self, run: str, step: Optional[int], fallback: bool, timeout: float) -> Optional[int]:
+        """The step a restore of every tensor reads: `step`, or the newest committed
+        (with fallback, the daemon picks among older ones itself)."""
+        if step is not None or fallback:
+            return step
+        return self.list_tensors(run, None, timeout)[0]
+
+    def _numeric_tensors(self, run: str, step: Optional[int], timeout: float) -> List[str]:
+        names = []
+        for name, dtype, _ in self.list_tensors(run, step, timeout, raw_dtypes=True)[1]:
+            if dtype in _NP_DTYPE or dtype == _TF_BFLOAT16:
+                names.append(name)
+        return names
+
+    def _call_restore(self, request: Any, timeout: float) -> Iterator[Any]:
+        """The reply stream: the header first, then chunks, read as they come."""
         try:
-            return list(self._stub.Restore(request, timeout=timeout))
+            for reply in self._stub.Restore(request, timeout=timeout):
+                yield reply
         except grpc.RpcError as e:
             _raise(e)
 
-    def _restore_shm(self, request, layouts, timeout):
+    def _restore_shm(self, request: Any, layouts: List[bool], timeout: float) -> RestoreResult:
         described = ckptd_pb2.RestoreRequest()
         described.CopyFrom(request)
         described.describe_only = True
-        header = self._call_restore(described, timeout)[0].header
+        # Read to the end: the call must finish, not be cancelled by a dropped stream.
+        header = list(self._call_restore(described, timeout))[0].header
         # A fresh segment: the arrays returned are views of it.
         seg = _Segment(header.shared_memory_bytes)
         try:
             request.shared_memory.fd = seg.fd
             request.shared_memory.size = seg.size
-            header = self._call_restore(request, timeout)[0].header
-            arrays = {}
+            header = list(self._call_restore(request, timeout))[0].header
+            arrays: Dict[str, Restored] = {}
             for i, d in enumerate(header.tensors):
                 arrays[d.name] = _views(d, layouts[i], seg.map, header.shared_memory_offsets[i])
         finally:
             os.close(seg.fd)  # the mapping (and the arrays on it) outlive the fd
         return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note)
 
-    def _restore_stream(self, request, layouts, timeout):
+    def _restore_stream(self, request: Any, layouts: List[bool], timeout: float) -> RestoreResult:
+        # Each chunk is copied into place as it arrives and then dropped: the bytes
+        # are held once, in the arrays returned, never also as a list of replies.
         replies = self._call_restore(request, timeout)
-        header = replies[0].header
+        header = next(replies).header
         buffers = []
         for d in header.tensors:
             boxes = list(d.device_boxes) if len(d.device_boxes) else [d.box]
             count = sum(_box_elements(b, d.shape) for b in boxes)
             buffers.append(bytearray(count * _itemsize(d.dtype)))
-        for r in replies[1:]:
+        for r in replies:
             c = r.chunk
             buffers[c.tensor_index][c.offset:c.offset + len(c.data)] = c.data
         arrays = {d.name: _views(d, layouts[i], buffers[i], 0) for i, d in enumerate(header.tensors)}
         return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note)
 
-    def barrier(self, run, trainer_id, trainer_count, mesh="", device_ids=(), timeout=600.0):
+    def barrier(self, run: str, trainer_id: int, trainer_count: int, mesh: str = "",
+                device_ids: Sequence[int] = (), timeout: float = 600.0) -> None:
         """Returns once every trainer of the job has called barrier as often."""
         barrier_id = self._barriers.get(run, 0)
         self._barriers[run] = barrier_id + 1
@@ -358,33 +469,43 @@ class Client:
         except grpc.RpcError as e:
             _raise(e)
 
-    def status(self, timeout=10.0):
-        """This daemon's Status as a dict (field names as in the proto)."""
+    def status(self, timeout: float = 10.0) -> Dict[str, Any]:
+        """This daemon's Status as a dict (field names as in the proto, every field,
+        64-bit integers as int)."""
         try:
             reply = self._stub.Status(ckptd_pb2.StatusRequest(), timeout=timeout)
         except grpc.RpcError as e:
             _raise(e)
-        return json_format.MessageToDict(reply, preserving_proto_field_name=True,
-                                         including_default_value_fields=True)
+        return _to_python(reply)
 
-    def list_checkpoints(self, run="", timeout=30.0):
-        """[{run, step, path, bytes}] of committed checkpoints, oldest first per run."""
+    def list_checkpoints(self, run: str = "", timeout: float = 30.0) -> List[Dict[str, Any]]:
+        """[{run, step, path, bytes, ...}] of committed checkpoints, oldest first per
+        run; step and bytes are int."""
         try:
             reply = self._stub.ListCheckpoints(ckptd_pb2.ListCheckpointsRequest(run=run),
                                                timeout=timeout)
         except grpc.RpcError as e:
             _raise(e)
-        return [json_format.MessageToDict(c, preserving_proto_field_name=True,
-                                          including_default_value_fields=True)
-                for c in reply.checkpoints]
+        return [_to_python(c) for c in reply.checkpoints]
 
-    def list_tensors(self, run, step=None, timeout=30.0):
+    def all_steps(self, run: str, timeout: float = 30.0) -> List[int]:
+        """The committed steps of `run`, ascending (empty when there is none)."""
+        return sorted(int(c["step"]) for c in self.list_checkpoints(run, timeout) if c["run"] == run)
+
+    def latest_step(self, run: str, timeout: float = 30.0) -> Optional[int]:
+        """The newest committed step of `run`, or None when there is none."""
+        steps = self.all_steps(run, timeout)
+        return steps[-1] if steps else None
+
+    def list_tensors(self, run: str, step: Optional[int] = None, timeout: float = 30.0,
+                     raw_dtypes: bool = False) -> Tuple[int, List[Tuple[str, Any, Tuple[int, ...]]]]:
         """(step, [(name, numpy dtype or None, shape)]) of a committed step (None: the
         newest), in name order; the dtype is None where NumPy has none (bfloat16,
-        string). Pages through ListTensors; `timeout` is per page."""
+        string), or with raw_dtypes TensorFlow's DataType number. Pages through
+        ListTensors; `timeout` is per page."""
         request = ckptd_pb2.ListTensorsRequest(run=run, latest=step is None, step=step or 0,
                                                page_size=10000)
-        tensors = []
+        tensors: List[Tuple[str, Any, Tuple[int, ...]]] = []
         while True:
             try:
                 reply = self._stub.ListTensors(request, timeout=timeout)
@@ -392,19 +513,20 @@ class Client:
                 _raise(e)
             # Later pages from the step the first one chose, whatever commits meanwhile.
             request.latest, request.step = False, reply.step
-            tensors += [(t.name, _NP_DTYPE.get(t.dtype), tuple(t.shape)) for t in reply.tensors]
+            tensors += [(t.name, t.dtype if raw_dtypes else _NP_DTYPE.get(t.dtype), tuple(int(n) for n in t.shape))
+                        for t in reply.tensors]
             if not reply.next_page_token:
-                return reply.step, tensors
+                return int(reply.step), tensors
             request.page_token = reply.next_page_token
 
 
-def _shm_unusable(e):
+def _shm_unusable(e: Error) -> bool:
     return "shared_memory:" in e.details and e.code in (
         grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.NOT_FOUND)
 
 
-def _mesh_dims(mesh):
+def _mesh_dims(mesh: str) -> Dict[str, int]:
     """{dimension: size} of a DTensor mesh string '|x=2,y=4|...'."""
     parts = mesh.split("|")
     if len(parts) < 2 or not parts[1]:
@@ -412,23 +534,23 @@ def _mesh_dims(mesh):
     return {k: int(v) for k, v in (d.split("=") for d in parts[1].split(","))}
 
 
-def _itemsize(dtype):
+def _itemsize(dtype: int) -> int:
     return 2 if dtype == _TF_BFLOAT16 else _NP_DTYPE[dtype].itemsize
 
 
-def _box_lengths(box, shape):
+def _box_lengths(box: Any, shape: Sequence[int]) -> List[int]:
     return list(box.length) if len(box.length) else list(shape)
 
 
-def _box_elements(box, shape):
+def _box_elements(box: Any, shape: Sequence[int]) -> int:
     return int(np.prod(_box_lengths(box, shape), dtype=np.int64))
 
 
-def _views(d, layout, buffer, offset):
+def _views(d: Any, layout: bool, buffer: Any, offset: int) -> Restored:
     """Arrays over `buffer` at `offset`, one per box of descriptor d, without copying."""
     dtype = np.dtype(np.uint16) if d.dtype == _TF_BFLOAT16 else _NP_DTYPE[d.dtype]
     boxes = list(d.device_boxes) if layout else [d.box]
-    out = []
+    out: List[npt.NDArray[Any]] = []
     for box in boxes:
         lengths = _box_lengths(box, d.shape)
         out.append(np.ndarray(lengths, dtype, buffer=buffer, offset=offset))

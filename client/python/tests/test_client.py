@@ -112,9 +112,9 @@ def test_trainer_state_barrier_and_status(job):
         assert out.trainer_state == {"iterator": b"position-1"}
         status = c0.status()
         assert status["rank"] == 0 and status["num_ranks"] == 2
-        assert status["runs"][0]["last_committed_step"] == "2"
+        assert status["runs"][0]["last_committed_step"] == 2  # 64-bit integers as int
         assert status["runs"][0]["last_commit_seconds"] > 0
-        assert [c["step"] for c in c0.list_checkpoints("st")] == ["2"]
+        assert [c["step"] for c in c0.list_checkpoints("st")] == [2]
         assert c1.list_tensors("st") == (2, [("v", np.dtype(np.int32), (4,))])
         assert c1.list_tensors("st", 2) == c1.list_tensors("st")
         with pytest.raises(ckptd.Error) as e:
@@ -147,7 +147,7 @@ def test_next_step_stages_while_the_previous_one_commits(job):
             c.save("overlap", step, {"v": np.full(1000, step, np.int32)}, trainer_id=t, trainer_count=2)
     for step in (3, 1, 2):
         clients[0].wait("overlap", step)
-    assert [c["step"] for c in clients[1].list_checkpoints("overlap")] == ["1", "2", "3"]
+    assert [c["step"] for c in clients[1].list_checkpoints("overlap")] == [1, 2, 3]
     state = open(os.path.join(job.root, "overlap", "checkpoint")).read()
     assert state.splitlines()[0] == 'model_checkpoint_path: "step-00000003/ckpt"'
     for step in (1, 2, 3):
@@ -155,3 +155,30 @@ def test_next_step_stages_while_the_previous_one_commits(job):
         assert np.array_equal(out["v"], np.full(1000, step, np.int32))
     for c in clients:
         c.close()
+
+
+def test_typed_specs_every_tensor_and_the_newest_step(job):
+    rng = np.random.default_rng(3)
+    kernel = rng.standard_normal((6, 4)).astype(np.float32)
+    mesh = lambda d: f"|x=2|0,1|{d}|/job:localhost/replica:0/task:0/device:CPU:{d}"
+    with job.client(0) as c0, job.client(1) as c1:
+        assert c0.latest_step("typed") is None and c0.all_steps("typed") == []
+        for step in (9, 10, 100):  # numerically, not as strings: 100 is the newest
+            for t, c in enumerate((c0, c1)):
+                c.save("typed", step, {"kernel": ckptd.TensorSpec(kernel[3 * t:3 * t + 3], ["x", "unsharded"]),
+                                       "bias": np.full(4, step, np.int64)},
+                       trainer_id=t, trainer_count=2, mesh=mesh(t), device_ids=[t])
+            c0.wait("typed", step)
+        assert c1.all_steps("typed") == [9, 10, 100] and c1.latest_step("typed") == 100
+        every = c1.restore("typed", None)  # no specs: every tensor, whole, as stored
+        assert every.step == 100 and sorted(every) == ["bias", "kernel"]
+        assert np.array_equal(every["kernel"], kernel) and np.array_equal(every["bias"], np.full(4, 100))
+        half = c1.restore("typed", 10, {"kernel": ckptd.RestoreSpec(layout=["x", "unsharded"]),
+                                        "bias": ckptd.RestoreSpec(dtype=None)}, mesh=mesh(1), device_ids=[1])
+        assert np.array_equal(half["kernel"], kernel[3:]) and np.array_equal(half["bias"], np.full(4, 10))
+        streamed = ckptd.Client(job.address(0), transport="stream")
+        try:
+            got = streamed.restore("typed", 9, {"kernel": None})
+            assert np.array_equal(got["kernel"], kernel) and got.step == 9
+        finally:
+            streamed.close()

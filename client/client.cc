@@ -44,7 +44,19 @@ void SetDeviceMemory(v1::DeviceMemory* out, const DeviceMemory& in) {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
+  // gRPC core's own words when the deadline passes on this side; the daemon always
+  // sends a message of its own.
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      status.error_message() == "Deadline Exceeded") {
+    return absl::DeadlineExceededError(absl::StrCat(
+        kClientTimeout,
+        ": ckptd did not answer within the call's timeout (the daemon may still finish the work)"));
+  }
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+bool IsClientTimeout(const absl::Status& status) {
+  return absl::IsDeadlineExceeded(status) && absl::StartsWith(status.message(), kClientTimeout);
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, bool local)

@@ -44,7 +44,8 @@ int Fail(const absl::Status& status) {
 
 // What the command line may override in the config file.
 struct Overrides {
-  std::string config_path, root, socket_path, commit_timeout, log_level, storage, drain_to, drain_bandwidth;
+  std::string config_path, root, socket_path, commit_timeout, log_level, log_format, storage, drain_to,
+      drain_bandwidth;
   int keep_last = -1, keep_every = -1, replicas = -1, memory_steps = -1;
 };
 
@@ -60,6 +61,7 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
   }
   if (!flags.socket_path.empty()) config.socket_path = flags.socket_path;
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
+  if (!flags.log_format.empty()) config.log_format = flags.log_format;
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
   if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
   if (flags.replicas >= 0) config.replicas = flags.replicas;
@@ -234,6 +236,8 @@ int main(int argc, char** argv) {
   app.add_option("--socket", flags.socket_path, "unix socket path; {rank} and {uid} are substituted");
   app.add_option("--commit-timeout", flags.commit_timeout, "deadline of every commit collective, e.g. 60s");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-format", flags.log_format, "text or json (one JSON object per line)")
+      ->check(CLI::IsMember({"text", "json"}));
   app.add_option("--keep-last", flags.keep_last, "retention: keep the newest N steps (0 = all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--keep-every-n-steps", flags.keep_every, "retention: also keep steps divisible by K")
@@ -267,7 +271,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<ckptd::Collective>> collective = ckptd::CreateMpiCollective(&argc, &argv);
   if (!collective.ok()) return Fail(collective.status());
   const int rank = (*collective)->rank();
-  if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level); !s.ok()) return Fail(s);
+  if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level, config.log_format); !s.ok())
+    return Fail(s);
   auto fatal = [&](const absl::Status& s) {
     spdlog::critical("start-up: {}", std::string(s.message()));
     (*collective)->Abort(2);

@@ -210,8 +210,8 @@ int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double 
   }
   if (s.ok()) return kOk;
   // Our own deadline passing is a timeout; a step that failed its commit deadline
-  // fails sooner, with a message naming the step.
-  if (s.code() == absl::StatusCode::kDeadlineExceeded && waited >= timeout_seconds * 0.99) return kTimedOut;
+  // is the step's outcome (the daemon's message names the missing trainers).
+  if (ckptd::IsClientTimeout(s)) return kTimedOut;
   // The request itself was refused (a bad run name) or the daemon is gone; any other
   // error is the step's own outcome.
   const bool bad_request =

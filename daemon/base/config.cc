@@ -149,6 +149,11 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
     (key == "root"        ? config.root
      : key == "log_level" ? config.log_level
                           : config.socket_path) = value.as<std::string>();
+  } else if (key == "log_format") {
+    config.log_format = value.as<std::string>();
+    if (config.log_format != "text" && config.log_format != "json") {
+      return Invalid(absl::StrCat("log_format must be text or json, not '", config.log_format, "'"));
+    }
   } else if (key == "storage") {
     absl::StatusOr<Storage> storage = ParseStorage(value.as<std::string>());
     if (!storage.ok()) return Invalid(storage.status().message());

@@ -59,6 +59,9 @@ struct DaemonConfig {
   absl::Duration commit_timeout = absl::Seconds(60);
   // spdlog level name: trace, debug, info, warn, error.
   std::string log_level = "info";
+  // "text" (one human line each) or "json" (one JSON object per line: time, rank,
+  // level, msg), for log shippers.
+  std::string log_format = "text";
   // Retention, applied right after each publish (by rank 0 on a shared root, by every
   // daemon on local roots): keep the newest keep_last
   // steps (0 = keep all) plus every step divisible by keep_every_n_steps (0 = none).

@@ -9,7 +9,9 @@
 
 namespace ckptd {
 
-absl::Status SetUpLogging(int rank, const std::string& level);
+// format: "text" ("[time] [rank N] [level] message") or "json" (one object per line:
+// {"time":"2026-12-04T16:00:00.123Z","rank":0,"level":"info","msg":"..."}).
+absl::Status SetUpLogging(int rank, const std::string& level, const std::string& format = "text");
 
 }  // namespace ckptd
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
@@ -49,7 +50,7 @@ grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1:
                                 v1::SaveResponse* response) {
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoSave(ctx, reader, response);
-  if (!s.ok()) spdlog::warn("Save from {}: {}", ctx->peer(), std::string(s.message()));
+  if (!s.ok()) spdlog::warn("Save from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));
   return ToGrpcStatus(s);
 }
 
@@ -189,6 +190,10 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
   response->set_bytes_staged(declared);
   response->set_staging_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  spdlog::debug("run '{}' step {}: staged trainer {} of {} from {}: {} tensor(s), {} bytes in {:.3f} s ({})",
+                header.run(), header.step(), header.trainer_id(), header.trainer_count(),
+                peers_->Describe(ctx->peer()), header.tensors_size(), declared, response->staging_seconds(),
+                mapped != nullptr ? "shared memory" : "gRPC stream");
   return absl::OkStatus();
 }
 
@@ -275,7 +280,7 @@ grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRe
                                    grpc::ServerWriter<v1::RestoreResponse>* writer) {
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoRestore(*request, ctx->peer(), absl::FromChrono(ctx->deadline()), writer);
-  if (!s.ok()) spdlog::warn("Restore from {}: {}", ctx->peer(), std::string(s.message()));
+  if (!s.ok()) spdlog::warn("Restore from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));
   return ToGrpcStatus(s);
 }
 
@@ -374,6 +379,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
                                        std::string note, const std::string& peer, absl::Time deadline,
                                        grpc::ServerWriter<v1::RestoreResponse>* writer) {
   const int64_t step = source.step;
+  const absl::Time started = absl::Now();
   ReadStack stack;
   FileSystem* fs = nullptr;
   if (source.drained) {
@@ -432,7 +438,23 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     out.device_buffers[i] = StagedBuffer();
   }
   if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-  return SendChunks(out.streamed, writer);
+  RETURN_IF_ERROR(SendChunks(out.streamed, writer));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  spdlog::info(
+      "run '{}' step {} restored for {} (trainer {}): {} tensor(s), {} bytes delivered in {:.3f} s "
+      "({:.0f} MB/s); {} bytes read from storage, {} from peers{}",
+      request.run(), step, peers_->Describe(peer), request.trainer_id(), plan.items.size(), delivered,
+      seconds, seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0,
+      header.storage_bytes_read(), header.peer_bytes_received(), mapped != nullptr ? " (shared memory)" : "");
+  if (spdlog::should_log(spdlog::level::debug)) {
+    for (const RestoreItem& item : plan.items) {
+      std::vector<std::string> boxes;
+      for (const Box& box : item.boxes) boxes.push_back(box.ToString());
+      spdlog::debug("run '{}' step {}: restored '{}' {} as {} ({} bytes)", request.run(), step,
+                    item.info.name, absl::StrJoin(boxes, " "), DataTypeName(item.dtype), item.bytes);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(

@@ -52,6 +52,16 @@ absl::StatusOr<pid_t> PeerTable::LocalPid(const std::string& grpc_peer) const {
   return absl::FailedPreconditionError("shared_memory: only for trainers on the daemon's unix socket");
 }
 
+std::string PeerTable::Describe(const std::string& grpc_peer) const {
+  int fd = -1;
+  if (absl::StartsWith(grpc_peer, "fd:") && absl::SimpleAtoi(grpc_peer.substr(3), &fd)) {
+    absl::MutexLock lock(&mu_);
+    auto it = by_fd_.find(fd);
+    if (it != by_fd_.end()) return absl::StrCat("pid ", it->second.pid, " uid ", it->second.uid);
+  }
+  return grpc_peer;
+}
+
 absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(const std::string& path, gid_t group) {
   const std::string dir = DirName(path);
   const bool grouped = group != static_cast<gid_t>(-1);

@@ -41,6 +41,9 @@ class PeerTable {
   // The process at the other end of a local connection (for shared memory).
   // FAILED_PRECONDITION for peers that did not come through the local listener.
   absl::StatusOr<pid_t> LocalPid(const std::string& grpc_peer) const;
+  // For logs: "pid 4242 uid 1000" for a local peer, else gRPC's name for it
+  // ("ipv4:10.0.0.7:51234").
+  std::string Describe(const std::string& grpc_peer) const;
 
  private:
   struct Peer {

@@ -358,13 +358,35 @@ TEST_F(ClusterTest, BarrierReleasesOnlyWhenEveryTrainerArrives) {
   auto partial = RunTrainers(3, [&](int t) -> absl::Status {
     return cluster_->Connect(t % 2)->Barrier("bar", t, 4, absl::Milliseconds(500));
   });
-  for (const absl::Status& s : partial) EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  for (const absl::Status& s : partial) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_TRUE(IsClientTimeout(s)) << s;  // the trainers' own 500 ms, not the daemon's verdict
+  }
   auto all = RunTrainers(4, [&](int t) -> absl::Status {
     auto client = cluster_->Connect(t % 2);
     RETURN_IF_ERROR(client->Barrier("bar2", t, 4));
     return client->Barrier("bar2", t, 4);
   });
   for (const absl::Status& s : all) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ClientTimeoutTest, AClientSideTimeoutIsToldApartFromAStepThatFailedItsDeadline) {
+  Cluster cluster(1, "", {"--commit-timeout", "1s"});
+  ASSERT_TRUE(cluster.Start().ok());
+  auto client = cluster.Connect(0);
+  // Trainer 0 of 2 saves; trainer 1 never comes: the daemon fails the step at 1 s.
+  const float value = 1;
+  TensorShard shard{.name = "w", .dtype = kDtFloat, .shape = {1}, .data = &value, .size = sizeof(value)};
+  ASSERT_TRUE(client->Save("told", 1, 0, 2, {shard}).ok());
+  const absl::Status failed = client->Wait("told", 1, absl::Minutes(1));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDeadlineExceeded) << failed;
+  EXPECT_FALSE(IsClientTimeout(failed)) << failed;
+  EXPECT_NE(failed.message().find("missing trainer(s) 1"), absl::string_view::npos) << failed;
+  // Nobody saves step 2: only the call's own 300 ms pass.
+  const absl::Status timed_out = client->Wait("told", 2, absl::Milliseconds(300));
+  EXPECT_EQ(timed_out.code(), absl::StatusCode::kDeadlineExceeded) << timed_out;
+  EXPECT_TRUE(IsClientTimeout(timed_out)) << timed_out;
+  EXPECT_EQ(cluster.Stop(), 0);
 }
 
 TEST_F(ClusterTest, ThreeDaemonsWriteEachBoxOnceAndRestoreAcrossThem) {

@@ -26,6 +26,14 @@ TEST(ConfigTest, StorageIsSharedOrLocal) {
   EXPECT_EQ(ExpandPathPattern("/nvme/ckpt-{rank}", 7, 0), "/nvme/ckpt-7");
 }
 
+TEST(ConfigTest, LogFormatIsTextOrJson) {
+  EXPECT_EQ(ParseConfig("")->log_format, "text");
+  EXPECT_EQ(ParseConfig("log_format: json")->log_format, "json");
+  const absl::Status s = ParseConfig("log_format: xml").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("log_format must be text or json, not 'xml'"), absl::string_view::npos) << s;
+}
+
 TEST(ConfigTest, ReplicasNeedLocalStorageAndTcp) {
   const std::string tcp = "tcp: {address: 0.0.0.0:0, tls_cert: c, tls_key: k, tls_ca: a}\n";
   auto ok = ParseConfig("storage: local\nreplicas: 2\nfailure_domains: {host0: rack0, host1: rack0}\n" + tcp);

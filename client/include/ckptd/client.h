@@ -217,8 +217,14 @@ class Client {
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<Segment>> busy_segments_;
 };
 
-// grpc::Status -> absl::Status, same code and message.
+// grpc::Status -> absl::Status, same code and message; except that a call's own
+// deadline passing (gRPC's DEADLINE_EXCEEDED with no word from the daemon) says so:
+// its message starts with kClientTimeout. The daemon's DEADLINE_EXCEEDED (a step or
+// barrier that failed its commit timeout, naming the missing trainers) never does.
+inline constexpr char kClientTimeout[] = "client-side timeout";
 absl::Status FromGrpcStatus(const grpc::Status& status);
+// True for a status from this client's own deadline, not from the daemon.
+bool IsClientTimeout(const absl::Status& status);
 
 }  // namespace ckptd
 

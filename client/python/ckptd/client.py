@@ -41,13 +41,30 @@ _NP_DTYPE: Dict[int, np.dtype[Any]] = {v: k for k, v in _TF_DTYPE.items()}
 _TF_BFLOAT16 = 14  # no numpy dtype: restored as uint16 bit patterns
 
 
+#: How details start when a call's own timeout passed (not the daemon's answer).
+CLIENT_TIMEOUT = "client-side timeout"
+
+
 class Error(Exception):
-    """A failed call: `code` is the grpc.StatusCode, `details` the daemon's message."""
+    """A failed call: `code` is the grpc.StatusCode, `details` the daemon's message.
+
+    `client_timeout` is True when the call's own timeout passed without an answer
+    (DEADLINE_EXCEEDED, details starting with CLIENT_TIMEOUT); a step that failed
+    its commit timeout at the daemon is also DEADLINE_EXCEEDED, but with the
+    daemon's message naming the missing trainers, and client_timeout False.
+    """
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+            details = (f"{CLIENT_TIMEOUT}: ckptd did not answer within the call's timeout "
+                       "(the daemon may still finish the work)")
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+
+    @property
+    def client_timeout(self) -> bool:
+        return self.code == grpc.StatusCode.DEADLINE_EXCEEDED and self.details.startswith(CLIENT_TIMEOUT)
 
 
 @dataclass(frozen=True)

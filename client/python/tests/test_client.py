@@ -1,7 +1,9 @@
 """The Python client against real daemons: bytes out equal bytes in, on both paths."""
 
 import concurrent.futures
+import json
 import os
+import re
 
 import grpc
 import numpy as np
@@ -182,3 +184,43 @@ def test_typed_specs_every_tensor_and_the_newest_step(job):
             assert np.array_equal(got["kernel"], kernel) and got.step == 9
         finally:
             streamed.close()
+
+
+def test_a_client_side_timeout_is_told_apart_from_the_daemons_answer(job):
+    with job.client(0) as c:
+        with pytest.raises(ckptd.Error) as e:
+            c.wait("never", 5, timeout=0.3)  # nobody saves it: only our own timeout passes
+        assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and e.value.client_timeout
+        assert e.value.details.startswith(ckptd.client.CLIENT_TIMEOUT)
+        with pytest.raises(ckptd.Error) as e:
+            c.restore("never", 1, {"w": None})
+        assert e.value.code == grpc.StatusCode.NOT_FOUND and not e.value.client_timeout
+
+
+def test_logs_name_peers_and_log_each_commit_and_restore_as_json_lines(tmp_path):
+    from conftest import Job
+    job = Job(tmp_path, extra=("--log-format", "json", "--log-level", "debug"))
+    try:
+        w = np.arange(1024, dtype=np.float32)
+        clients = [job.client(t) for t in range(2)]
+        for t, c in enumerate(clients):
+            c.save("logged", 3, {"w": w}, trainer_id=t, trainer_count=2)
+        clients[0].wait("logged", 3)
+        clients[1].restore("logged", 3, {"w": None}, trainer_id=1)
+        for c in clients:
+            c.close()
+    finally:
+        assert job.stop() == 0
+    lines = [line for line in open(job.log_path).read().splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in lines]  # every line one valid JSON object
+    assert records and all(set(r) == {"time", "rank", "level", "msg"} for r in records)
+    me = f"pid {os.getpid()} uid {os.getuid()}"
+    restored = [r for r in records if r["level"] == "info" and "restored for" in r["msg"]]
+    assert len(restored) == 1 and restored[0]["rank"] == 1, restored
+    assert re.search(rf"run 'logged' step 3 restored for {me} \(trainer 1\): 1 tensor\(s\), 4096 bytes "
+                     r"delivered in [0-9.]+ s", restored[0]["msg"]), restored[0]["msg"]
+    committed = [r for r in records if r["level"] == "info" and "step 3 committed in" in r["msg"]]
+    assert {r["rank"] for r in committed} == {0, 1}, committed
+    staged = [r for r in records if r["level"] == "debug" and "staged trainer" in r["msg"]]
+    assert len(staged) == 2 and all(me in r["msg"] and "4096 bytes" in r["msg"] for r in staged), staged
+    assert not [line for line in open(job.log_path) if "fd:" in line]

@@ -1,6 +1,7 @@
 // ckptd: wiring only. Flags and config, MPI, logging, the gRPC server on a unix socket,
 // a signal thread, and the coordinator loop on the main thread (the MPI thread).
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -142,12 +143,23 @@ ckptd::PeerPolicy PolicyFrom(const ckptd::DaemonConfig& config) {
   return policy;
 }
 
+// What the health service answers, for the whole server ("") and for ckptd.v1.Ckptd.
+void SetServing(grpc::Server* server, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  health->SetServingStatus(ckptd::v1::Ckptd::service_full_name(), serving);
+}
+
 // The gRPC server: the services, the parse-error interceptor, message and thread
 // limits, and the mutual-TLS TCP listener when configured (its port in *tcp_port).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
                                                           const ckptd::DaemonConfig& config,
                                                           ckptd::CkptdService* service,
                                                           ckptd::PeerService* peer_service, int* tcp_port) {
+  // The standard grpc.health.v1.Health service, for load balancers and probes: NOT_SERVING
+  // until the daemon is ready and again once it stops accepting work.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   if (!config.tcp_address.empty()) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
@@ -170,6 +182,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
     return absl::UnavailableError(
         absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')"));
   }
+  SetServing(server.get(), false);
   return server;
 }
 
@@ -368,6 +381,7 @@ int main(int argc, char** argv) {
   // serve, since a host repairs what it lost from them.
   if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
+  SetServing(server->get(), true);
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
                config.root, std::string(ckptd::StorageName(config.storage)));
   if (drainer.has_value()) {
@@ -388,6 +402,7 @@ int main(int argc, char** argv) {
 
   absl::Status outcome = coordinator.Run(stop);
   service.StopAccepting();
+  SetServing(server->get(), false);
   if (stop.load() && absl::IsUnavailable(outcome)) {
     // Asked to stop, and some peer never joined (it died, or is stopped): everything
     // pending here has failed with UNAVAILABLE and nothing partial was published, but

@@ -20,6 +20,20 @@
 namespace ckptctl {
 namespace {
 
+json GatheringJson(const ckptd::v1::StatusResponse& s) {
+  json out = json::array();
+  for (const auto& g : s.gathering()) {
+    out.push_back(
+        {{"run", g.run()},
+         {"step", g.step()},
+         {"trainer_count", g.trainer_count()},
+         {"trainers_staged", g.trainers_staged()},
+         {"missing_trainers", std::vector<int>(g.missing_trainers().begin(), g.missing_trainers().end())},
+         {"deadline_unix_seconds", g.deadline_unix_seconds()}});
+  }
+  return out;
+}
+
 json RankJson(const ckptd::v1::StatusResponse& s) {
   json pending = json::array();
   for (const auto& p : s.pending_steps()) pending.push_back({{"run", p.run()}, {"step", p.step()}});
@@ -143,6 +157,7 @@ int Status(const DaemonFlags& flags, bool as_json) {
     if (status->ranks_as_of_unix_seconds() > 0)
       out["ranks_as_of_unix_seconds"] = status->ranks_as_of_unix_seconds();
     if (!status->tcp_address().empty()) out["tcp_address"] = status->tcp_address();
+    out["gathering"] = GatheringJson(*status);
     for (const auto& r : ranks) out["ranks"].push_back(RankJson(r));
     PrintJson(out);
     return kOk;
@@ -168,6 +183,21 @@ int Status(const DaemonFlags& flags, bool as_json) {
                 HumanBytes(r.bytes_written()).c_str(),
                 pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
                 commits.empty() ? "-" : absl::StrJoin(commits, "; ").c_str());
+  }
+  // Steps waiting for trainers, job-wide: who is missing and when the step fails.
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  for (const auto& g : status->gathering()) {
+    std::vector<int> missing(g.missing_trainers().begin(), g.missing_trainers().end());
+    const int not_staged = g.trainer_count() - g.trainers_staged();
+    std::printf(
+        "run '%s' step %lld: %d of %d trainer(s) staged; missing %s%s; fails at %s (in %.0f s) unless they "
+        "stage\n",
+        g.run().c_str(), static_cast<long long>(g.step()), g.trainers_staged(), g.trainer_count(),
+        absl::StrJoin(missing, ",").c_str(),
+        not_staged > static_cast<int>(missing.size())
+            ? absl::StrCat(" and ", not_staged - static_cast<int>(missing.size()), " more").c_str()
+            : "",
+        LocalTime(g.deadline_unix_seconds()).c_str(), std::max(0.0, g.deadline_unix_seconds() - now));
   }
   for (const auto& r : ranks) {
     if (r.memory_steps_limit() == 0) continue;

@@ -23,6 +23,9 @@
 namespace ckptd {
 namespace {
 
+// Status lists at most this many missing trainers of a gathering step (and counts them all).
+constexpr size_t kMaxMissingShown = 64;
+
 internal::Vote ToVote(const absl::Status& s) {
   internal::Vote v;
   v.set_code(static_cast<int>(s.code()));
@@ -333,6 +336,7 @@ void Coordinator::PublishDrain(const std::vector<internal::DrainProgress>& progr
 
 absl::StatusOr<bool> Coordinator::DecideSteps(const RoundTally& round, absl::Time now) {
   bool worked = false;
+  std::vector<StepRegistry::GatheringStep> gathering;
   auto fail = [&](const StepKey& key, const RoundTally::Entry& tally, const absl::Status& status) {
     worked = true;
     first_seen_.erase(key);
@@ -372,9 +376,18 @@ absl::StatusOr<bool> Coordinator::DecideSteps(const RoundTally& round, absl::Tim
               what, ": only ", tally.staged, " of ", count, " trainers staged within ",
               absl::FormatDuration(options_.commit_timeout), "; missing trainer(s) ", JoinBounded(missing))));
     } else {
-      first_seen_.try_emplace(key, now);
+      const absl::Time first_seen = first_seen_.try_emplace(key, now).first->second;
+      StepRegistry::GatheringStep view{.key = key,
+                                       .trainer_count = count,
+                                       .trainers_staged = tally.staged,
+                                       .deadline = first_seen + options_.commit_timeout};
+      for (int t = 0; t < count && view.missing.size() < kMaxMissingShown; ++t) {
+        if (tally.trainers.count(t) == 0) view.missing.push_back(t);
+      }
+      gathering.push_back(std::move(view));
     }
   }
+  registry_->SetGathering(std::move(gathering));
   // Forget steps no rank reports any more (failed elsewhere, or given up).
   for (auto it = first_seen_.begin(); it != first_seen_.end();) {
     it = round.steps.count(it->first) == 0 ? first_seen_.erase(it) : std::next(it);

@@ -270,6 +270,16 @@ std::vector<StepKey> StepRegistry::PendingSteps() {
   return keys;
 }
 
+void StepRegistry::SetGathering(std::vector<GatheringStep> steps) {
+  absl::MutexLock lock(&mu_);
+  gathering_ = std::move(steps);
+}
+
+std::vector<StepRegistry::GatheringStep> StepRegistry::Gathering() {
+  absl::MutexLock lock(&mu_);
+  return gathering_;
+}
+
 std::map<std::string, int64_t> StepRegistry::LastCommitted() {
   absl::MutexLock lock(&mu_);
   return last_committed_;

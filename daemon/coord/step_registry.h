@@ -113,6 +113,17 @@ class StepRegistry {
   std::pair<std::vector<std::string>, absl::Time> RankReports();
   // OK/error if the outcome is remembered; nullopt otherwise.
   std::optional<absl::Status> Outcome(const StepKey& key);
+  // A step still gathering trainers as the coordinator saw it job-wide in its last
+  // round (set by the coordinator thread, read by Status).
+  struct GatheringStep {
+    StepKey key;
+    int trainer_count = 0;
+    int trainers_staged = 0;     // on every host together
+    std::vector<int> missing{};  // trainer ids that have not staged
+    absl::Time deadline{};       // the step fails then unless they do
+  };
+  void SetGathering(std::vector<GatheringStep> steps);
+  std::vector<GatheringStep> Gathering();
 
  private:
   struct PendingStep {
@@ -151,6 +162,7 @@ class StepRegistry {
   std::map<std::string, CommitTiming> last_commit_timing_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<GatheringStep> gathering_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> rank_reports_ ABSL_GUARDED_BY(mu_);
   absl::Time rank_reports_time_ ABSL_GUARDED_BY(mu_);
 };

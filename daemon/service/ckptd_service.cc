@@ -717,6 +717,15 @@ v1::StatusResponse CkptdService::LocalStatus() const {
     ref->set_run(key.run);
     ref->set_step(key.step);
   }
+  for (const StepRegistry::GatheringStep& g : registry_->Gathering()) {
+    v1::GatheringStep* out = response->add_gathering();
+    out->set_run(g.key.run);
+    out->set_step(g.key.step);
+    out->set_trainer_count(g.trainer_count);
+    out->set_trainers_staged(g.trainers_staged);
+    out->mutable_missing_trainers()->Add(g.missing.begin(), g.missing.end());
+    out->set_deadline_unix_seconds(absl::ToDoubleSeconds(g.deadline - absl::UnixEpoch()));
+  }
   for (const auto& [run, step] : registry_->LastCommitted()) {
     v1::RunStatus* rs = response->add_runs();
     rs->set_run(run);

@@ -647,3 +647,37 @@ def test_import_makes_a_committed_step_that_trainers_restore_in_any_layout(job, 
     assert r.returncode == 2 and "does not verify" in r.stderr, r.stderr
     assert sorted(os.listdir(run_dir)) == before
     assert json.loads(ckptctl("latest", run_dir, "--json").stdout)["step"] == 200
+
+
+def poll_status(env, until, limit=30.0):
+    """ckptctl status --json until `until(status)` holds: status is as of the daemons'
+    last coordination round, so the test waits for the condition itself, bounded."""
+    import time
+    deadline = time.monotonic() + limit
+    while True:
+        out = json.loads(ckptctl("status", "--json", env=env).stdout)
+        if until(out) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
+
+
+def test_status_names_the_missing_trainers_of_a_step_and_its_deadline(job):
+    import time
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(1))
+    before = time.time()
+    with job.client(0) as c:
+        c.save("gather", 1, {"v": np.zeros(2, np.float32)}, trainer_id=0, trainer_count=3)
+    out = poll_status(env, lambda s: s["gathering"])
+    after = time.time()
+    assert len(out["gathering"]) == 1, out
+    g = out["gathering"][0]
+    assert (g["run"], g["step"], g["trainer_count"], g["trainers_staged"], g["missing_trainers"]) == \
+        ("gather", 1, 3, 1, [1, 2]), g
+    assert before + 60 - 1 <= g["deadline_unix_seconds"] <= after + 60 + 1  # the job's --commit-timeout 60s
+    text = ckptctl("status", env=env).stdout
+    assert "run 'gather' step 1: 1 of 3 trainer(s) staged; missing 1,2; fails at" in text, text
+    for t in (1, 2):
+        with job.client(t % 2) as c:
+            c.save("gather", 1, {"v": np.zeros(2, np.float32)}, trainer_id=t, trainer_count=3)
+    assert ckptctl("wait", "gather", 1, env=env).returncode == 0
+    assert poll_status(env, lambda s: not s["gathering"])["gathering"] == []

@@ -224,3 +224,21 @@ def test_logs_name_peers_and_log_each_commit_and_restore_as_json_lines(tmp_path)
     staged = [r for r in records if r["level"] == "debug" and "staged trainer" in r["msg"]]
     assert len(staged) == 2 and all(me in r["msg"] and "4096 bytes" in r["msg"] for r in staged), staged
     assert not [line for line in open(job.log_path) if "fd:" in line]
+
+
+def test_the_standard_grpc_health_service_answers(job):
+    """grpc.health.v1.Health/Check, as probes call it, with hand-encoded messages:
+    HealthCheckRequest{service = 1} and HealthCheckResponse{status = 1}, SERVING = 1."""
+    channel = grpc.insecure_channel("unix:" + job.address(0))
+    check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)
+    try:
+        for service in ("", "ckptd.v1.Ckptd"):
+            encoded = service.encode()
+            request = (b"\n" + bytes([len(encoded)]) + encoded) if encoded else b""
+            assert check(request, timeout=10) == b"\x08\x01", service  # SERVING
+        with pytest.raises(grpc.RpcError) as e:
+            check(b"\n\x07unknown", timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        channel.close()

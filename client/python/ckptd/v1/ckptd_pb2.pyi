@@ -55,6 +55,22 @@ class DeviceMemory(_message.Message):
     offset: int
     def __init__(self, ipc_handle: _Optional[bytes] = ..., offset: _Optional[int] = ..., device_uuid: _Optional[bytes] = ...) -> None: ...
 
+class GatheringStep(_message.Message):
+    __slots__ = ["deadline_unix_seconds", "missing_trainers", "run", "step", "trainer_count", "trainers_staged"]
+    DEADLINE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_TRAINERS_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TRAINERS_STAGED_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    deadline_unix_seconds: float
+    missing_trainers: _containers.RepeatedScalarFieldContainer[int]
+    run: str
+    step: int
+    trainer_count: int
+    trainers_staged: int
+    def __init__(self, run: _Optional[str] = ..., step: _Optional[int] = ..., trainer_count: _Optional[int] = ..., trainers_staged: _Optional[int] = ..., missing_trainers: _Optional[_Iterable[int]] = ..., deadline_unix_seconds: _Optional[float] = ...) -> None: ...
+
 class KeptStep(_message.Message):
     __slots__ = ["bytes", "run", "step"]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -276,13 +292,14 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ["bytes_in_flight", "bytes_staged", "bytes_written", "device_memory", "device_to_host_bytes", "device_to_host_seconds", "host_to_device_bytes", "host_to_device_seconds", "memory_steps", "memory_steps_limit", "num_ranks", "peak_bytes_staged", "pending_steps", "pid", "pooled_bytes", "rank", "ranks", "ranks_as_of_unix_seconds", "read_cache_bytes", "read_cache_hit_bytes", "restore_bytes_delivered", "restore_peer_bytes_received", "restore_storage_bytes_read", "root", "runs", "staging_memory_limit", "tcp_address", "version"]
+    __slots__ = ["bytes_in_flight", "bytes_staged", "bytes_written", "device_memory", "device_to_host_bytes", "device_to_host_seconds", "gathering", "host_to_device_bytes", "host_to_device_seconds", "memory_steps", "memory_steps_limit", "num_ranks", "peak_bytes_staged", "pending_steps", "pid", "pooled_bytes", "rank", "ranks", "ranks_as_of_unix_seconds", "read_cache_bytes", "read_cache_hit_bytes", "restore_bytes_delivered", "restore_peer_bytes_received", "restore_storage_bytes_read", "root", "runs", "staging_memory_limit", "tcp_address", "version"]
     BYTES_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     BYTES_STAGED_FIELD_NUMBER: _ClassVar[int]
     BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
     DEVICE_TO_HOST_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEVICE_TO_HOST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GATHERING_FIELD_NUMBER: _ClassVar[int]
     HOST_TO_DEVICE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HOST_TO_DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +328,7 @@ class StatusResponse(_message.Message):
     device_memory: str
     device_to_host_bytes: int
     device_to_host_seconds: float
+    gathering: _containers.RepeatedCompositeFieldContainer[GatheringStep]
     host_to_device_bytes: int
     host_to_device_seconds: float
     memory_steps: _containers.RepeatedCompositeFieldContainer[KeptStep]
@@ -333,7 +351,7 @@ class StatusResponse(_message.Message):
     staging_memory_limit: int
     tcp_address: str
     version: str
-    def __init__(self, rank: _Optional[int] = ..., num_ranks: _Optional[int] = ..., version: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[StepRef, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., bytes_staged: _Optional[int] = ..., bytes_written: _Optional[int] = ..., root: _Optional[str] = ..., pid: _Optional[int] = ..., peak_bytes_staged: _Optional[int] = ..., staging_memory_limit: _Optional[int] = ..., tcp_address: _Optional[str] = ..., bytes_in_flight: _Optional[int] = ..., pooled_bytes: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[StatusResponse, _Mapping]]] = ..., ranks_as_of_unix_seconds: _Optional[float] = ..., device_to_host_bytes: _Optional[int] = ..., device_to_host_seconds: _Optional[float] = ..., host_to_device_bytes: _Optional[int] = ..., host_to_device_seconds: _Optional[float] = ..., device_memory: _Optional[str] = ..., memory_steps: _Optional[_Iterable[_Union[KeptStep, _Mapping]]] = ..., memory_steps_limit: _Optional[int] = ..., restore_storage_bytes_read: _Optional[int] = ..., restore_bytes_delivered: _Optional[int] = ..., restore_peer_bytes_received: _Optional[int] = ..., read_cache_hit_bytes: _Optional[int] = ..., read_cache_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, rank: _Optional[int] = ..., num_ranks: _Optional[int] = ..., version: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[StepRef, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., bytes_staged: _Optional[int] = ..., bytes_written: _Optional[int] = ..., root: _Optional[str] = ..., pid: _Optional[int] = ..., peak_bytes_staged: _Optional[int] = ..., staging_memory_limit: _Optional[int] = ..., tcp_address: _Optional[str] = ..., bytes_in_flight: _Optional[int] = ..., pooled_bytes: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[StatusResponse, _Mapping]]] = ..., ranks_as_of_unix_seconds: _Optional[float] = ..., device_to_host_bytes: _Optional[int] = ..., device_to_host_seconds: _Optional[float] = ..., host_to_device_bytes: _Optional[int] = ..., host_to_device_seconds: _Optional[float] = ..., device_memory: _Optional[str] = ..., memory_steps: _Optional[_Iterable[_Union[KeptStep, _Mapping]]] = ..., memory_steps_limit: _Optional[int] = ..., restore_storage_bytes_read: _Optional[int] = ..., restore_bytes_delivered: _Optional[int] = ..., restore_peer_bytes_received: _Optional[int] = ..., read_cache_hit_bytes: _Optional[int] = ..., read_cache_bytes: _Optional[int] = ..., gathering: _Optional[_Iterable[_Union[GatheringStep, _Mapping]]] = ...) -> None: ...
 
 class StepRef(_message.Message):
     __slots__ = ["run", "step"]

@@ -30,6 +30,7 @@
 #include "daemon/io/read_cache.h"
 #include "daemon/service/ckptd_service.h"
 #include "daemon/service/credentials.h"
+#include "daemon/service/metrics_server.h"
 
 namespace {
 
@@ -46,7 +47,7 @@ int Fail(const absl::Status& status) {
 // What the command line may override in the config file.
 struct Overrides {
   std::string config_path, root, socket_path, commit_timeout, log_level, log_format, storage, drain_to,
-      drain_bandwidth;
+      drain_bandwidth, metrics_address;
   int keep_last = -1, keep_every = -1, replicas = -1, memory_steps = -1;
 };
 
@@ -63,6 +64,7 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Over
   if (!flags.socket_path.empty()) config.socket_path = flags.socket_path;
   if (!flags.log_level.empty()) config.log_level = flags.log_level;
   if (!flags.log_format.empty()) config.log_format = flags.log_format;
+  if (!flags.metrics_address.empty()) config.metrics_address = flags.metrics_address;
   if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
   if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
   if (flags.replicas >= 0) config.replicas = flags.replicas;
@@ -249,6 +251,8 @@ int main(int argc, char** argv) {
   app.add_option("--socket", flags.socket_path, "unix socket path; {rank} and {uid} are substituted");
   app.add_option("--commit-timeout", flags.commit_timeout, "deadline of every commit collective, e.g. 60s");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
+  app.add_option("--metrics-address", flags.metrics_address,
+                 "serve Prometheus /metrics on HOST:PORT (rank r on PORT+r; port 0: any free port)");
   app.add_option("--log-format", flags.log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_option("--keep-last", flags.keep_last, "retention: keep the newest N steps (0 = all)")
@@ -323,6 +327,7 @@ int main(int argc, char** argv) {
     drain_store.emplace(claims->drain.get(), config.drain_to);
     drainer.emplace(&store, &*drain_store, dir_mode, config.drain_bandwidth);
   }
+  ckptd::Metrics metrics;
   ckptd::PeerTable peers;
   ckptd::PeerDirectory peer_directory;
   ckptd::PeerShardCopier shard_copier(&peer_directory);
@@ -341,6 +346,7 @@ int main(int argc, char** argv) {
                                 claims->confined.get(),
                                 &read_cache,
                                 config.read_once};
+  if (!config.metrics_address.empty()) context.metrics = &metrics;
   ckptd::CkptdService service(context, &registry, &read_store, &staging, &peers);
   ckptd::PeerService peer_service(&peer_directory, &read_store, &registry, &commit_fs);
   if (config.memory_steps > 0) service.set_memory_tier(&memory_tier);
@@ -359,7 +365,8 @@ int main(int argc, char** argv) {
        .drain_every_n_steps = config.drain_every_n_steps,
        .drain_keep_last = config.drain_keep_last,
        .memory_tier = config.memory_steps > 0 ? &memory_tier : nullptr,
-       .staging = &staging});
+       .staging = &staging,
+       .metrics = context.metrics});
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
@@ -380,6 +387,19 @@ int main(int argc, char** argv) {
   // Before trainers connect on the local socket; with replicas the peers must already
   // serve, since a host repairs what it lost from them.
   if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
+  std::unique_ptr<ckptd::MetricsServer> metrics_server;
+  if (!config.metrics_address.empty()) {
+    // Validated by the config: HOST:PORT. Rank r takes PORT + r.
+    const size_t colon = config.metrics_address.rfind(':');
+    const std::string host = config.metrics_address.substr(0, colon);
+    const int port = std::stoi(config.metrics_address.substr(colon + 1));
+    auto started = ckptd::MetricsServer::Start(host, port == 0 ? 0 : port + rank,
+                                               [&service] { return service.MetricsText(); });
+    if (!started.ok()) fatal(started.status());
+    metrics_server = std::move(*started);
+    service.set_metrics_address(absl::StrCat(host, ":", metrics_server->port()));
+    spdlog::info("metrics on http://{}:{}/metrics", host, metrics_server->port());
+  }
   claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
   SetServing(server->get(), true);
   spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
@@ -418,6 +438,7 @@ int main(int argc, char** argv) {
   // connections that do not answer its GOAWAY, then closes them.
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   claims->listener.reset();
+  metrics_server.reset();
   if (!outcome.ok()) {
     spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
     (*collective)->Abort(3);

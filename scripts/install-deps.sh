@@ -13,7 +13,8 @@ PACKAGES=(
   libssl-dev openssl util-linux iproute2 clang clang-format libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio python3-protobuf python3-mpi4py python3-pytest fio
-  python3-pip python3-venv python3-setuptools python3-wheel python3-mypy
+  python3-pip python3-venv python3-setuptools python3-wheel python3-mypy jq
+  libcpp-httplib-dev prometheus
 )
 
 missing=()

@@ -149,6 +149,15 @@ absl::Status ParseTopLevel(const std::string& key, const YAML::Node& value, Daem
     (key == "root"        ? config.root
      : key == "log_level" ? config.log_level
                           : config.socket_path) = value.as<std::string>();
+  } else if (key == "metrics_address") {
+    config.metrics_address = value.as<std::string>();
+    const size_t colon = config.metrics_address.rfind(':');
+    int port = -1;
+    if (config.metrics_address.empty()) return absl::OkStatus();  // off
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(config.metrics_address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+      return Invalid(absl::StrCat("metrics_address must be HOST:PORT, not '", config.metrics_address, "'"));
+    }
   } else if (key == "log_format") {
     config.log_format = value.as<std::string>();
     if (config.log_format != "text" && config.log_format != "json") {

@@ -89,6 +89,10 @@ struct DaemonConfig {
   // tcp: an optional TCP listener, only with mutual TLS: a server certificate and
   // key, and the CA that client certificates must chain to.
   std::string tcp_address;  // e.g. "0.0.0.0:7070"; empty = none
+  // /metrics in the Prometheus text format on HOST:PORT (rank r listens on PORT + r,
+  // so several daemons on one machine do not collide; port 0: any free port, shown
+  // by Status). Empty: off.
+  std::string metrics_address;
   std::string tls_cert, tls_key, tls_ca;
 
   // Largest index file the reader accepts; guards against garbage sizes.

@@ -50,6 +50,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   if (!plan.ok()) {
     spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step,
                  std::string(plan.status().message()));
+    CountStepFailure(key, plan.status());
     failed_here_.erase(key);
     registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), Everyone(trainer_count));
     return absl::OkStatus();
@@ -62,16 +63,23 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   struct Step {
     PhaseFn run;
     bool deadline_may_fail_it;
+    const char* name;  // the phase label of ckptd_commit_phase_seconds
   };
   for (const Step& step :
-       {Step{&Coordinator::PreparePhase, true}, Step{&Coordinator::WritePhase, true},
-        Step{&Coordinator::ReplicatePhase, true}, Step{&Coordinator::MergePhase, true},
-        Step{&Coordinator::PublishPhase, false}, Step{&Coordinator::ConfirmPhase, false}}) {
+       {Step{&Coordinator::PreparePhase, true, "prepare"}, Step{&Coordinator::WritePhase, true, "write"},
+        Step{&Coordinator::ReplicatePhase, true, "replicate"}, Step{&Coordinator::MergePhase, true, "merge"},
+        Step{&Coordinator::PublishPhase, false, "publish"},
+        Step{&Coordinator::ConfirmPhase, false, "confirm"}}) {
     if (!step.deadline_may_fail_it) phase_.final_outcome = true;
+    const absl::Time phase_started = absl::Now();
     absl::Status mine;
     RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
     if (step.deadline_may_fail_it) mine = LocalStatus(key, mine);
     ASSIGN_OR_RETURN(attempt.agreed, Vote(Where(mine), attempt.deadline));
+    if (options_.metrics != nullptr) {
+      options_.metrics->Observe("ckptd_commit_phase_seconds", {{"phase", step.name}},
+                                absl::ToDoubleSeconds(absl::Now() - phase_started));
+    }
     if (!attempt.agreed.ok()) {
       // Whoever published takes the step back: on local roots some ranks may have
       // published when another could not.
@@ -271,8 +279,25 @@ void Coordinator::Conclude(Attempt& attempt) {
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
+  if (options_.metrics != nullptr) {
+    const Metrics::Labels run = {{"run", key.run}};
+    if (agreed.ok()) {
+      options_.metrics->Count("ckptd_commits_total", run);
+      options_.metrics->Count("ckptd_bytes_written_total", run, static_cast<double>(attempt.bytes));
+      options_.metrics->Observe("ckptd_commit_seconds", run,
+                                absl::ToDoubleSeconds(absl::Now() - attempt.started));
+    } else {
+      CountStepFailure(key, agreed);
+    }
+  }
   registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, absl::Now() - attempt.started,
                         Everyone(attempt.trainer_count));
+}
+
+void Coordinator::CountStepFailure(const StepKey& key, const absl::Status& failure) {
+  if (options_.metrics == nullptr) return;
+  options_.metrics->Count("ckptd_step_failures_total",
+                          {{"run", key.run}, {"code", absl::StatusCodeToString(failure.code())}});
 }
 
 absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_written) {

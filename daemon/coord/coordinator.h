@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "daemon/base/config.h"
+#include "daemon/base/metrics.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/coord/replicas.h"
@@ -58,6 +59,8 @@ struct CoordinatorOptions {
   // (null: none), and the staging area that copies of shared-memory bytes come from.
   MemoryTier* memory_tier = nullptr;
   StagingArea* staging = nullptr;
+  // Counts commits and failures and times commits and their phases; null: nothing.
+  Metrics* metrics = nullptr;
 };
 
 class Coordinator {
@@ -212,6 +215,8 @@ class Coordinator {
   absl::Status WriteStepFiles(const StepKey& key, const internal::StepFiles& files);
   // Cleans up, logs, and tells the trainers the attempt's outcome.
   void Conclude(Attempt& attempt);
+  // ckptd_step_failures_total, when metrics are kept.
+  void CountStepFailure(const StepKey& key, const absl::Status& failure);
 
   Collective* collective_;
   StepRegistry* registry_;

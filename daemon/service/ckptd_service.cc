@@ -51,6 +51,9 @@ grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1:
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoSave(ctx, reader, response);
   if (!s.ok()) spdlog::warn("Save from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));
+  if (!s.ok() && context_.metrics != nullptr) {
+    context_.metrics->Count("ckptd_save_failures_total", {{"code", absl::StatusCodeToString(s.code())}});
+  }
   return ToGrpcStatus(s);
 }
 
@@ -190,6 +193,12 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
   RETURN_IF_ERROR(registry_->Stage(key, header.trainer_count(), std::move(*payload)));
   response->set_bytes_staged(declared);
   response->set_staging_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  if (context_.metrics != nullptr) {
+    context_.metrics->Count("ckptd_saves_total", {{"run", header.run()}});
+    context_.metrics->Count("ckptd_staged_bytes_total", {{"run", header.run()}},
+                            static_cast<double>(declared));
+    context_.metrics->Observe("ckptd_save_staging_seconds", {}, response->staging_seconds());
+  }
   spdlog::debug("run '{}' step {}: staged trainer {} of {} from {}: {} tensor(s), {} bytes in {:.3f} s ({})",
                 header.run(), header.step(), header.trainer_id(), header.trainer_count(),
                 peers_->Describe(ctx->peer()), header.tensors_size(), declared, response->staging_seconds(),
@@ -281,6 +290,9 @@ grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRe
   absl::Status s = peers_->Check(ctx->peer());
   if (s.ok()) s = DoRestore(*request, ctx->peer(), absl::FromChrono(ctx->deadline()), writer);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));
+  if (!s.ok() && context_.metrics != nullptr) {
+    context_.metrics->Count("ckptd_restore_failures_total", {{"code", absl::StatusCodeToString(s.code())}});
+  }
   return ToGrpcStatus(s);
 }
 
@@ -446,6 +458,14 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
       request.run(), step, peers_->Describe(peer), request.trainer_id(), plan.items.size(), delivered,
       seconds, seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0,
       header.storage_bytes_read(), header.peer_bytes_received(), mapped != nullptr ? " (shared memory)" : "");
+  if (context_.metrics != nullptr && !request.describe_only()) {
+    const Metrics::Labels run = {{"run", request.run()}};
+    context_.metrics->Count("ckptd_restores_total", run);
+    context_.metrics->Count("ckptd_restore_bytes_delivered_total", run, static_cast<double>(delivered));
+    context_.metrics->Count("ckptd_restore_storage_bytes_read_total", run,
+                            static_cast<double>(header.storage_bytes_read()));
+    context_.metrics->Observe("ckptd_restore_seconds", run, seconds);
+  }
   if (spdlog::should_log(spdlog::level::debug)) {
     for (const RestoreItem& item : plan.items) {
       std::vector<std::string> boxes;
@@ -701,6 +721,26 @@ grpc::Status CkptdService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
   return grpc::Status::OK;
 }
 
+std::string CkptdService::MetricsText() const {
+  if (context_.metrics == nullptr) return "";
+  const v1::StatusResponse now = LocalStatus();
+  return context_.metrics->Render({
+      {"ckptd_staged_bytes", "Bytes staged in daemon memory now (pending and in-flight steps).",
+       static_cast<double>(now.bytes_staged())},
+      {"ckptd_in_flight_bytes", "Staged bytes of steps being committed now.",
+       static_cast<double>(now.bytes_in_flight())},
+      {"ckptd_pooled_bytes", "Freed staging memory kept for reuse.", static_cast<double>(now.pooled_bytes())},
+      {"ckptd_peak_staged_bytes", "Most bytes staged at once since start.",
+       static_cast<double>(now.peak_bytes_staged())},
+      {"ckptd_staging_memory_limit_bytes", "The staging budget.",
+       static_cast<double>(now.staging_memory_limit())},
+      {"ckptd_pending_steps", "Steps this daemon holds staged bytes of.",
+       static_cast<double>(now.pending_steps_size())},
+      {"ckptd_read_cache_bytes", "Bytes the read cache holds now.",
+       static_cast<double>(now.read_cache_bytes())},
+  });
+}
+
 v1::StatusResponse CkptdService::LocalStatus() const {
   v1::StatusResponse status;
   v1::StatusResponse* response = &status;
@@ -708,6 +748,7 @@ v1::StatusResponse CkptdService::LocalStatus() const {
   response->set_peak_bytes_staged(staging_->peak_bytes_staged());
   response->set_staging_memory_limit(staging_->limit());
   response->set_tcp_address(context_.tcp_address);
+  response->set_metrics_address(metrics_address_);
   response->set_num_ranks(context_.num_ranks);
   response->set_version(context_.version);
   response->set_root(store_->root());

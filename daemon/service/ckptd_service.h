@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ckptd/v1/ckptd.grpc.pb.h"
+#include "daemon/base/metrics.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/read_cache.h"
@@ -59,6 +60,8 @@ struct ServiceContext {
   // writer's host, or on a shared root the rank that wrote it) and sent to the
   // others over the peer channel.
   bool read_once = false;
+  // Counters and histograms for /metrics (config metrics_address); null: none kept.
+  Metrics* metrics = nullptr;
 };
 
 class CkptdService final
@@ -77,11 +80,14 @@ class CkptdService final
   std::string DeviceDescription() const { return device_->Describe(); }
 
   void set_tcp_address(const std::string& address) { context_.tcp_address = address; }
+  void set_metrics_address(const std::string& address) { metrics_address_ = address; }
   // memory_steps: reported by Status. Set before serving.
   void set_memory_tier(const MemoryTier* tier) { memory_tier_ = tier; }
 
   // This daemon's own status, without the other ranks'. Thread-safe.
   v1::StatusResponse LocalStatus() const;
+  // The /metrics page: every counter and histogram, and this daemon's gauges now.
+  std::string MetricsText() const;
 
   // After this, new Saves are refused with UNAVAILABLE.
   void StopAccepting() { accepting_ = false; }
@@ -193,6 +199,7 @@ class CkptdService final
   const PeerTable* peers_;
   std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
+  std::string metrics_address_;  // where /metrics is served, if anywhere
   const MemoryTier* memory_tier_ = nullptr;
   // Since start, for Status: bytes restores received from peers and delivered to
   // trainers (storage bytes are the read cache's own total).

@@ -26,6 +26,18 @@ TEST(ConfigTest, StorageIsSharedOrLocal) {
   EXPECT_EQ(ExpandPathPattern("/nvme/ckpt-{rank}", 7, 0), "/nvme/ckpt-7");
 }
 
+TEST(ConfigTest, MetricsAddressIsHostPortOrOff) {
+  EXPECT_EQ(ParseConfig("")->metrics_address, "");
+  EXPECT_EQ(ParseConfig("metrics_address: \"\"")->metrics_address, "");
+  EXPECT_EQ(ParseConfig("metrics_address: 0.0.0.0:9464")->metrics_address, "0.0.0.0:9464");
+  for (const char* bad :
+       {"metrics_address: 9464", "metrics_address: host:port", "metrics_address: h:70000"}) {
+    const absl::Status s = ParseConfig(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("metrics_address must be HOST:PORT"), absl::string_view::npos) << s;
+  }
+}
+
 TEST(ConfigTest, LogFormatIsTextOrJson) {
   EXPECT_EQ(ParseConfig("")->log_format, "text");
   EXPECT_EQ(ParseConfig("log_format: json")->log_format, "json");

@@ -238,13 +238,6 @@ absl::Status CopyBundle(ckptd::FileSystem* fs, const ckptd::BundleReader& source
   return absl::OkStatus();
 }
 
-absl::Status WriteSmallFile(ckptd::FileSystem* fs, const std::string& path, const std::string& contents) {
-  ASSIGN_OR_RETURN(std::unique_ptr<ckptd::WritableFile> file, fs->NewWritableFile(path));
-  RETURN_IF_ERROR(file->Append(contents));
-  RETURN_IF_ERROR(file->Sync());
-  return file->Close();
-}
-
 }  // namespace
 
 int Import(const std::string& src, const std::string& run_dir_arg, int64_t step, bool quiet, bool as_json) {
@@ -296,7 +289,7 @@ int Import(const std::string& src, const std::string& run_dir_arg, int64_t step,
   Progress* shown = quiet || as_json ? nullptr : &progress;
   if (s.ok() && safetensors) {
     auto index = WriteFromSafetensors(fs, files, temp, &meta, shown);
-    s = index.ok() ? WriteSmallFile(fs, ckptd::IndexPath(ckptd::CheckpointStore::Prefix(temp)), *index)
+    s = index.ok() ? fs->WriteFileAtomically(ckptd::IndexPath(ckptd::CheckpointStore::Prefix(temp)), *index)
                    : index.status();
   } else if (s.ok()) {
     s = CopyBundle(fs, *source, temp, &meta, shown);
@@ -317,9 +310,9 @@ int Import(const std::string& src, const std::string& run_dir_arg, int64_t step,
     meta.created_unix = absl::ToUnixSeconds(absl::Now());
     meta.commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
     for (const auto& h : meta.hosts) meta.bytes_per_host.push_back(h.bytes);
-    s = WriteSmallFile(fs, ckptd::JoinPath(temp, ckptd::kCheckpointMetaFile), meta.ToJson());
+    // Written last: its directory sync also makes every file above durable in `temp`.
+    s = fs->WriteFileAtomically(ckptd::JoinPath(temp, ckptd::kCheckpointMetaFile), meta.ToJson());
   }
-  if (s.ok()) s = fs->SyncDir(temp);
   if (s.ok()) s = fs->Rename(temp, store.StepDir(run, step));
   if (!s.ok()) {
     fs->DeleteRecursively(temp).IgnoreError();

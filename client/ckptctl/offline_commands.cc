@@ -251,39 +251,50 @@ namespace {
 // Chunks of whole rows (along dimension 0) keep a huge tensor's read bounded.
 constexpr int64_t kChunkBytes = 64 << 20;
 
-// Calls fn(bytes) for consecutive runs of whole rows of tensor `info`, assembled from
-// whatever slices were saved, in row-major order; a scalar is one chunk.
-absl::Status ForEachChunk(BundleReader& reader, const ckptd::TensorInfo& info,
-                          const std::function<absl::Status(const std::string&)>& fn) {
-  const ckptd::Box full = ckptd::Box::Full(info.shape);
-  RETURN_IF_ERROR(reader.CheckBoxReadable(info, full));
-  const int64_t element_bytes = ckptd::DataTypeSize(info.dtype);
-  std::string bytes;
-  if (info.shape.empty() || info.shape[0] == 0) {
-    bytes.resize(static_cast<size_t>(full.NumElements() * element_bytes));
-    RETURN_IF_ERROR(reader.ReadBox(info, full, bytes.data()));
-    return fn(bytes);
-  }
-  const int64_t row_bytes = full.NumElements() / info.shape[0] * element_bytes;
+// The boxes of consecutive runs of whole rows of a tensor of `shape`, each about
+// kChunkBytes or one row, in row-major order; a scalar or a tensor without rows is
+// one box.
+std::vector<ckptd::Box> RowChunks(const ckptd::Shape& shape, int dtype) {
+  const ckptd::Box full = ckptd::Box::Full(shape);
+  if (shape.empty() || shape[0] == 0) return {full};
+  const int64_t row_bytes = full.NumElements() / shape[0] * ckptd::DataTypeSize(dtype);
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
-  for (int64_t row = 0; row < info.shape[0]; row += rows_per_chunk) {
+  std::vector<ckptd::Box> chunks;
+  for (int64_t row = 0; row < shape[0]; row += rows_per_chunk) {
     ckptd::Box box = full;
     box.start[0] = row;
-    box.length[0] = std::min(rows_per_chunk, info.shape[0] - row);
-    bytes.resize(static_cast<size_t>(box.NumElements() * element_bytes));
+    box.length[0] = std::min(rows_per_chunk, shape[0] - row);
+    chunks.push_back(std::move(box));
+  }
+  return chunks;
+}
+
+// Calls fn(bytes) for each of RowChunks of tensor `info`, assembled from whatever
+// slices were saved.
+absl::Status ForEachChunk(BundleReader& reader, const ckptd::TensorInfo& info,
+                          const std::function<absl::Status(const std::string&)>& fn) {
+  RETURN_IF_ERROR(reader.CheckBoxReadable(info, ckptd::Box::Full(info.shape)));
+  std::string bytes;
+  for (const ckptd::Box& box : RowChunks(info.shape, info.dtype)) {
+    bytes.resize(static_cast<size_t>(box.NumElements() * ckptd::DataTypeSize(info.dtype)));
     RETURN_IF_ERROR(reader.ReadBox(info, box, bytes.data()));
     RETURN_IF_ERROR(fn(bytes));
   }
   return absl::OkStatus();
 }
 
+// The bytes of one stored entry, range-checked first and checksummed as read.
+absl::StatusOr<std::string> ReadEntryBytes(BundleReader& reader, const ckptd::SavedPiece& piece) {
+  std::string bytes(static_cast<size_t>(piece.entry.size()), '\0');
+  RETURN_IF_ERROR(reader.CheckEntryRange(piece.label, piece.entry));
+  RETURN_IF_ERROR(reader.ReadEntry(piece.label, piece.entry, bytes.data()));
+  return bytes;
+}
+
 // The elements of a string tensor (never sliced: TF and ckptd store them whole).
 absl::StatusOr<std::vector<std::string>> ReadStrings(BundleReader& reader, const ckptd::TensorInfo& info) {
   if (info.pieces.size() != 1) return absl::UnimplementedError("a sliced string tensor");
-  const ckptd::SavedPiece& piece = info.pieces[0];
-  std::string encoded(static_cast<size_t>(piece.entry.size()), '\0');
-  RETURN_IF_ERROR(reader.CheckEntryRange(piece.label, piece.entry));
-  RETURN_IF_ERROR(reader.ReadEntry(piece.label, piece.entry, encoded.data()));
+  ASSIGN_OR_RETURN(std::string encoded, ReadEntryBytes(reader, info.pieces[0]));
   int64_t count = 0;
   RETURN_IF_ERROR(ckptd::CheckShape(info.shape, &count));
   return ckptd::DecodeStrings(encoded, count);
@@ -946,15 +957,8 @@ int Export(const std::string& arg, const ExportOptions& options, bool as_json) {
     if (!s.ok()) return Error(s);
   }
   if (sharded) {
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    absl::Status s = WriteFileWhole(fs, index_path, [&](const std::string& to) {
-      auto file = fs->NewWritableFile(to);
-      if (!file.ok()) return file.status();
-      RETURN_IF_ERROR((*file)->Append(index.dump(2) + "\n"));
-      RETURN_IF_ERROR((*file)->Sync());
-      return (*file)->Close();
-    });
-    if (!s.ok()) return Error(s);
+    const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    if (absl::Status s = fs->WriteFileAtomically(index_path, index.dump(2) + "\n"); !s.ok()) return Error(s);
   }
   for (const std::string& path : stale) {
     if (absl::Status s = fs->DeleteFile(path); !s.ok()) return Error(s);
@@ -989,10 +993,7 @@ namespace {
 
 // crc32c of a string tensor's bytes as saved.
 absl::StatusOr<uint32_t> StringChecksum(BundleReader& reader, const ckptd::TensorInfo& info) {
-  const ckptd::tf::BundleEntryProto& e = info.pieces[0].entry;
-  std::string bytes(static_cast<size_t>(e.size()), '\0');
-  RETURN_IF_ERROR(reader.CheckEntryRange(info.pieces[0].label, e));
-  RETURN_IF_ERROR(reader.ReadEntry(info.pieces[0].label, e, bytes.data()));
+  ASSIGN_OR_RETURN(std::string bytes, ReadEntryBytes(reader, info.pieces[0]));
   return ckptd::crc32c::Value(bytes.data(), bytes.size());
 }
 
@@ -1011,18 +1012,10 @@ absl::StatusOr<Comparison> Compare(BundleReader& a, const ckptd::TensorInfo& ia,
   RETURN_IF_ERROR(a.CheckBoxReadable(ia, full));
   RETURN_IF_ERROR(b.CheckBoxReadable(ib, full));
   const int64_t element_bytes = ckptd::DataTypeSize(ia.dtype);
-  const int64_t rows = ia.shape.empty() ? 1 : ia.shape[0];
-  const int64_t row_bytes = rows == 0 ? 0 : full.NumElements() / rows * element_bytes;
-  const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes));
   const bool numeric = ckptd::IsRealNumeric(ia.dtype);
   std::string bytes_a, bytes_b;
   std::vector<double> values_a, values_b;
-  for (int64_t row = 0; row < rows; row += rows_per_chunk) {
-    ckptd::Box box = full;
-    if (!ia.shape.empty()) {
-      box.start[0] = row;
-      box.length[0] = std::min(rows_per_chunk, rows - row);
-    }
+  for (const ckptd::Box& box : RowChunks(ia.shape, ia.dtype)) {
     const auto size = static_cast<size_t>(box.NumElements() * element_bytes);
     bytes_a.resize(size);
     bytes_b.resize(size);

@@ -285,12 +285,12 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
   }
   RETURN_IF_ERROR(fs->CreateDirs(out_dir, 0755));
   // Progress counts the bytes as stored (what the daemon reads for them).
+  const auto stored_bytes = [](const ckptd::v1::TensorDescriptor& t) {
+    return ckptd::Box::Full(ckptd::Shape(t.shape().begin(), t.shape().end())).NumElements() *
+           ckptd::DataTypeSize(t.dtype());
+  };
   int64_t total = 0, done = 0;
-  for (const std::string& name : names) {
-    const ckptd::v1::TensorDescriptor& info = *by_name[name];
-    total += ckptd::Box::Full(ckptd::Shape(info.shape().begin(), info.shape().end())).NumElements() *
-             ckptd::DataTypeSize(info.dtype());
-  }
+  for (const std::string& name : names) total += stored_bytes(*by_name[name]);
   Progress progress("restore");
   for (const std::string& name : names) {
     const ckptd::v1::TensorDescriptor& info = *by_name[name];
@@ -302,6 +302,8 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
       if (!as_json)
         std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
                      ckptd::DataTypeName(info.dtype()).c_str());
+      done += stored_bytes(info);  // counted in total: progress still ends at 100%
+      if (show_progress) progress.Update(done, total);
       continue;
     }
     std::string bytes(static_cast<size_t>(ckptd::Box::Full(shape).NumElements()) * ckptd::DataTypeSize(want),
@@ -321,7 +323,7 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
     out->total += static_cast<int64_t>(bytes.size());
     out->files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
     if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
-    done += ckptd::Box::Full(shape).NumElements() * ckptd::DataTypeSize(info.dtype());
+    done += stored_bytes(info);
     if (show_progress) progress.Update(done, total);
   }
   return absl::OkStatus();

@@ -458,7 +458,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
       request.run(), step, peers_->Describe(peer), request.trainer_id(), plan.items.size(), delivered,
       seconds, seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0,
       header.storage_bytes_read(), header.peer_bytes_received(), mapped != nullptr ? " (shared memory)" : "");
-  if (context_.metrics != nullptr && !request.describe_only()) {
+  if (context_.metrics != nullptr) {
     const Metrics::Labels run = {{"run", request.run()}};
     context_.metrics->Count("ckptd_restores_total", run);
     context_.metrics->Count("ckptd_restore_bytes_delivered_total", run, static_cast<double>(delivered));

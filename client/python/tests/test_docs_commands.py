@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import ckptd
+from conftest import daemon_env
 
 SOURCE = os.environ.get("CKPTD_SOURCE_DIR", ".")
 CKPTD = os.environ.get("CKPTD_BINARY", "ckptd")
@@ -146,8 +147,7 @@ def test_daemon_launch_lines_start_daemons_that_answer(path, line, tmp_path):
     command = moved(line, tmp)
     if command.startswith(CKPTD):  # the daemon line of an mpirun continued over two lines
         command = f"{MPIEXEC} -np 1 {command}"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", NODES="1")
+    env = daemon_env(NODES="1")
     ranks = 2 if " -np 2 " in command else 1
     daemons = subprocess.Popen(command, shell=True, env=env, start_new_session=True, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
@@ -157,7 +157,8 @@ def test_daemon_launch_lines_start_daemons_that_answer(path, line, tmp_path):
                 assert c.status()["num_ranks"] == ranks
                 pid = c.status()["pid"]
         os.kill(pid, signal.SIGTERM)
-        assert daemons.wait(timeout=120) == 0, daemons.stdout.read()
+        code = daemons.wait(timeout=120)
+        assert code == 0, daemons.stdout.read().decode(errors="replace")[-6000:]
     finally:
         if daemons.poll() is None:
             os.killpg(daemons.pid, signal.SIGKILL)

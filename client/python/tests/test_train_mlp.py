@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from conftest import daemon_env
+
 SOURCE = os.environ.get("CKPTD_SOURCE_DIR", ".")
 EXAMPLE = os.path.join(SOURCE, "examples", "train_mlp.py")
 
@@ -72,8 +74,7 @@ def test_the_commands_in_the_docstring_run_as_written(tmp_path):
         command = command.replace("/tmp/mlp-demo", demo).replace("build/ckptd", os.environ["CKPTD_BINARY"])
         return command.replace("mpirun ", os.environ.get("MPIEXEC", "mpirun") + " ", 1)
 
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env = daemon_env()
     built = os.path.join(SOURCE, "build", "python")
     if os.path.isdir(built) and os.path.samefile(built, env.get("PYTHONPATH", "").split(":")[0] or "."):
         env.pop("PYTHONPATH")

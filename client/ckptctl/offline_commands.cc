@@ -87,6 +87,18 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
       }
     }
     if (prefixes.size() == 1) return ckptd::JoinPath(arg, prefixes[0]);
+    // A root of runs: which checkpoint is meant is the user's choice, not ours.
+    const ckptd::CheckpointStore as_root(fs, TrimSlashes(arg));
+    std::vector<std::string> runs;
+    for (const std::string& r : as_root.ListRuns().value_or(std::vector<std::string>{})) {
+      if (!CommittedSteps(fs, ckptd::JoinPath(TrimSlashes(arg), r)).empty()) runs.push_back(r);
+    }
+    if (!runs.empty()) {
+      std::sort(runs.begin(), runs.end());
+      return absl::InvalidArgumentError(absl::StrCat(
+          arg, " is a checkpoint root with run(s) ", absl::StrJoin(runs, ", "), ": name a run (e.g. ",
+          ckptd::JoinPath(TrimSlashes(arg), runs[0]), ") or one of its steps"));
+    }
   }
   return absl::NotFoundError(absl::StrCat(arg,
                                           ": no checkpoint here (want PREFIX with PREFIX.index, a step "

@@ -297,6 +297,11 @@ def test_finding_the_newest_good_checkpoint(job, tmp_path):
     (tmp_path / "empty").mkdir()
     r = ckptctl("ls", tmp_path / "empty")
     assert r.returncode == 2 and "no committed step and no run" in r.stderr, r.stderr
+    # inspect, verify, export and diff of a root name its runs instead of picking one.
+    for command in (["inspect", job.root], ["verify", job.root], ["diff", job.root, run_dir],
+                    ["export", job.root, "--out", tmp_path / "x"]):
+        r = ckptctl(*command)
+        assert r.returncode == 2 and "is a checkpoint root with run(s) good, other: name a run" in r.stderr, r.stderr
     # inspect finds a run's newest step as ls does, even without TF's state file.
     os.remove(os.path.join(run_dir, "checkpoint"))
     r = ckptctl("inspect", run_dir)

@@ -45,10 +45,23 @@ if sys.argv[2] != "0":
     print("bench_smoke: hosts figures present; peer bytes as expected")
 keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "save_gbps", "restore_gbps",
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",
-        "reshard_restore_vs_raw_read", "grpc_save_vs_shm_save"]
+        "reshard_restore_vs_raw_read", "grpc_save_vs_shm_save", "first_touch_memcpy_gbps",
+        "first_stall_vs_first_touch"]
 bad = [k for k in keys if not isinstance(r.get(k), (int, float)) or r[k] <= 0]
 if bad:
     sys.exit(f"bench.json: missing or not positive: {bad}")
+# The ceiling is the best of fio's sweep, which names the configuration that won.
+if r["raw_tool"] == "fio":
+    best = max(r["fio_configs"], key=lambda c: c["write_gbps"])
+    if r["raw_write_config"] != best["config"] or r["raw_write_gbps"] != best["write_gbps"]:
+        sys.exit(f"bench.json: raw write {r['raw_write_config']} is not the sweep's best {best['config']}")
+    if len({c["engine"] for c in r["fio_configs"]}) < 3:
+        sys.exit("bench.json: the fio sweep did not try psync, libaio and io_uring")
+# Every restore figure carries bytes read from storage beside bytes delivered.
+for phase, times in (("restore", 1), ("reshard_restore", 2), ("dp_restore", r["trainers"])):
+    x = r["restores"][phase]
+    if x["delivered_bytes"] != times * r["bytes"] or not x["read_bytes"] > 0:
+        sys.exit(f"bench.json restores.{phase}: read {x['read_bytes']}, delivered {x['delivered_bytes']}")
 if r["bytes"] < (60 << 20):
     sys.exit(f"bench.json: bytes {r['bytes']} is not the 64 MiB asked for")
 print("bench_smoke: every key present")

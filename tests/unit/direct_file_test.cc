@@ -1,5 +1,6 @@
 // NewDirectWritableFile: any mix of aligned and unaligned appends lands byte for byte,
-// with O_DIRECT (a disk file system) and without (tmpfs), through both file systems;
+// with O_DIRECT (a disk file system, large appends with several writes in flight) and
+// without (tmpfs), through both file systems;
 // and reads of any range return the same bytes on either read path.
 #include <gtest/gtest.h>
 
@@ -77,10 +78,12 @@ void WriteMixAndCheck(FileSystem* fs, const std::string& path) {
   std::string expected;
   auto file = fs->NewDirectWritableFile(path);
   ASSERT_TRUE(file.ok()) << file.status();
-  // Aligned and large; unaligned small; aligned again behind a partial block; an
+  // Aligned and large enough to be written as several chunks in flight, the last one
+  // short; aligned and large; unaligned small; aligned again behind a partial block; an
   // aligned start with an unaligned length; larger than the internal buffer.
   const std::vector<std::pair<size_t, size_t>> pieces = {
-      {0, 3 << 20}, {5, 100}, {4096, 8192}, {0, 10000}, {8192, (9 << 20) + 17}, {1, 4095}, {4096, 4096}};
+      {4096, (21 << 20) + 12288}, {0, 3 << 20}, {5, 100},    {4096, 8192}, {0, 10000},
+      {8192, (9 << 20) + 17},     {1, 4095},    {4096, 4096}};
   for (const auto& [offset, size] : pieces) {
     ASSERT_TRUE((*file)->Append(absl::string_view(big.data + offset, size)).ok());
     expected.append(big.data + offset, size);

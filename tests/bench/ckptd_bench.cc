@@ -245,15 +245,9 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   };
   json storage_bytes;  // phase -> bytes read from storage by all daemons
   // Restores every tensor's box (start row, rows) into reused buffers.
+  // Allocated once the saves are done (below), so that the saves' memory and the
+  // restores' are not held at once.
   std::vector<char*> targets;
-  // Big enough for the whole tensor (the data-parallel restore), which also holds
-  // this trainer's slab and a row half (the reshard).
-  const int64_t target_bytes = m.rows * m.cols * 4;
-  for (int i = 0; i < kTensors; ++i) {
-    // A trainer restores into memory it already uses: touched before timing.
-    targets.push_back(AlignedAlloc(static_cast<size_t>(target_bytes)));
-    std::memset(targets.back(), 0, static_cast<size_t>(target_bytes));
-  }
   // Every restore is cold: the page cache is dropped before it where permitted.
   bool page_cache_dropped = true;
   auto restore = [&](int64_t step, int64_t first_row, int64_t rows, const char* phase) {
@@ -296,6 +290,23 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
            {"grpc_stall_s", grpc_stall},
            {"grpc_save_gbps", gb / grpc_durable}};
   }
+  // The saves' memory goes before the restores need theirs (the data-parallel restore
+  // alone takes the whole model per trainer): the slabs, and the client's pooled
+  // shared-memory segments, which a new connection does not inherit.
+  for (char*& p : m.slabs) {
+    std::free(p);
+    p = nullptr;
+  }
+  client = ckptd::Client::Connect(address, absl::Seconds(60));
+  if (!client.ok()) Fail(std::string(client.status().message()));
+  // Big enough for the whole tensor (the data-parallel restore), which also holds
+  // this trainer's slab and a row half (the reshard).
+  const int64_t target_bytes = m.rows * m.cols * 4;
+  for (int i = 0; i < kTensors; ++i) {
+    // A trainer restores into memory it already uses: touched before timing.
+    targets.push_back(AlignedAlloc(static_cast<size_t>(target_bytes)));
+    std::memset(targets.back(), 0, static_cast<size_t>(target_bytes));
+  }
   // Each restore runs twice: the first also pays for first touch of the client's
   // segment (page faults), which a trainer pays once per process; the second is the
   // steady state and is the one compared with the raw read.
@@ -308,7 +319,6 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   const double reshard_s = restore(4, (rank % 2) * (m.rows / 2), m.rows / 2, "reshard_restore");
   // Data-parallel: every trainer restores the whole model.
   const double dp_s = restore(5, 0, m.rows, "dp_restore");
-  for (char* p : m.slabs) std::free(p);
   for (char* p : targets) std::free(p);
   const double gb = static_cast<double>(total) / 1e9;
   out.update({{"bytes", total},

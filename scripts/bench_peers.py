@@ -31,6 +31,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -184,7 +185,6 @@ def main():
             out[peer] = {"error": f"{type(e).__name__}: {e}"}
         COMM.Barrier()
         if RANK == 0:
-            import shutil
             shutil.rmtree(work, ignore_errors=True)
     if RANK == 0:
         print(json.dumps(out))

@@ -55,6 +55,16 @@ std::vector<int64_t> CommittedSteps(ckptd::FileSystem* fs, const std::string& di
   return store.ListSteps(trimmed.substr(trimmed.rfind('/') + 1)).value_or(std::vector<int64_t>{});
 }
 
+// The runs under a checkpoint root that have at least one committed step, by name.
+std::vector<std::string> RunsWithSteps(ckptd::FileSystem* fs, const std::string& root) {
+  const ckptd::CheckpointStore store(fs, TrimSlashes(root));
+  std::vector<std::string> runs;
+  for (const std::string& r : store.ListRuns().value_or(std::vector<std::string>{})) {
+    if (!store.ListSteps(r).value_or(std::vector<int64_t>{}).empty()) runs.push_back(r);
+  }
+  return runs;
+}
+
 std::string StepPrefix(const std::string& run_dir, int64_t step) {
   return ckptd::CheckpointStore::Prefix(
       ckptd::JoinPath(TrimSlashes(run_dir), ckptd::CheckpointStore::StepDirName(step)));
@@ -88,13 +98,7 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
     }
     if (prefixes.size() == 1) return ckptd::JoinPath(arg, prefixes[0]);
     // A root of runs: which checkpoint is meant is the user's choice, not ours.
-    const ckptd::CheckpointStore as_root(fs, TrimSlashes(arg));
-    std::vector<std::string> runs;
-    for (const std::string& r : as_root.ListRuns().value_or(std::vector<std::string>{})) {
-      if (!CommittedSteps(fs, ckptd::JoinPath(TrimSlashes(arg), r)).empty()) runs.push_back(r);
-    }
-    if (!runs.empty()) {
-      std::sort(runs.begin(), runs.end());
+    if (const std::vector<std::string> runs = RunsWithSteps(fs, arg); !runs.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           arg, " is a checkpoint root with run(s) ", absl::StrJoin(runs, ", "), ": name a run (e.g. ",
           ckptd::JoinPath(TrimSlashes(arg), runs[0]), ") or one of its steps"));
@@ -213,12 +217,9 @@ int Ls(const std::string& dir, bool as_json, bool show_orphans) {
   if (!steps.ok()) return Error(steps.status());
   if (steps->empty()) {
     // Not a run with steps: a root holding runs, or the wrong directory.
-    const ckptd::CheckpointStore as_root(fs, TrimSlashes(dir));
-    std::vector<std::string> runs;
-    for (const std::string& r : as_root.ListRuns().value_or(std::vector<std::string>{})) {
-      if (!as_root.ListSteps(r).value_or(std::vector<int64_t>{}).empty()) runs.push_back(r);
+    if (const std::vector<std::string> runs = RunsWithSteps(fs, dir); !runs.empty()) {
+      return LsRuns(dir, runs, as_json);
     }
-    if (!runs.empty()) return LsRuns(dir, runs, as_json);
     if (!fs->Exists(ckptd::JoinPath(TrimSlashes(dir), "checkpoint"))) {
       return Error(absl::NotFoundError(absl::StrCat(
           dir, " holds no committed step and no run (want a run directory <root>/<run> or a root)")));

@@ -187,8 +187,12 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   MPI_Comm_size(MPI_COMM_WORLD, &trainers);
   const std::string address =
       absl::StrReplaceAll(socket_template, {{"{rank}", std::to_string(rank * daemons / trainers)}});
-  auto client = ckptd::Client::Connect(address, absl::Seconds(60));
-  if (!client.ok()) Fail(std::string(client.status().message()));
+  auto connect = [&] {
+    auto client = ckptd::Client::Connect(address, absl::Seconds(60));
+    if (!client.ok()) Fail(std::string(client.status().message()));
+    return std::move(*client);
+  };
+  std::unique_ptr<ckptd::Client> client = connect();
   Model m;
   m.cols = 1024;
   m.rows = bytes / kTensors / (m.cols * 4) / (2 * trainers) * (2 * trainers);
@@ -219,10 +223,10 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     MPI_Barrier(MPI_COMM_WORLD);
     meter.Start();
     const absl::Time start = absl::Now();
-    auto saved = (*client)->Save("bench", step, rank, trainers, s, options);
+    auto saved = client->Save("bench", step, rank, trainers, s, options);
     const double stall = Seconds(start);
     if (!saved.ok()) Fail(std::string(saved.status().message()));
-    if (absl::Status w = (*client)->Wait("bench", step); !w.ok()) Fail(std::string(w.message()));
+    if (absl::Status w = client->Wait("bench", step); !w.ok()) Fail(std::string(w.message()));
     const double durable = Seconds(start);
     auto out = std::make_pair(MaxOver(stall), MaxOver(durable));
     net_per_host[transport == ckptd::Transport::kStream ? "grpc_save" : "save"] = meter.Stop();
@@ -235,7 +239,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   auto storage_read = [&] {
     int64_t mine = 0;
     if (first_on_daemon) {
-      auto status = (*client)->Status();
+      auto status = client->Status();
       if (!status.ok()) Fail(std::string(status.status().message()));
       mine = status->restore_storage_bytes_read();
     }
@@ -266,7 +270,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     MPI_Barrier(MPI_COMM_WORLD);
     meter.Start();
     const absl::Time start = absl::Now();
-    auto restored = (*client)->Restore("bench", step, t);
+    auto restored = client->Restore("bench", step, t);
     if (!restored.ok()) Fail(std::string(restored.status().message()));
     const double seconds = MaxOver(Seconds(start));
     net_per_host[phase] = meter.Stop();
@@ -297,8 +301,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     std::free(p);
     p = nullptr;
   }
-  client = ckptd::Client::Connect(address, absl::Seconds(60));
-  if (!client.ok()) Fail(std::string(client.status().message()));
+  client = connect();
   // Big enough for the whole tensor (the data-parallel restore), which also holds
   // this trainer's slab and a row half (the reshard).
   const int64_t target_bytes = m.rows * m.cols * 4;

@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/base/status.h"
 
 namespace ckptd {
 
@@ -50,10 +54,15 @@ bool Under(const std::string& path, const std::string& dir) {
 class CachedFile final : public RandomAccessFile {
  public:
   CachedFile(std::unique_ptr<RandomAccessFile> file, std::string path, ReadCache* cache, bool cached,
-             ReadCounts* counts)
-      : file_(std::move(file)), path_(std::move(path)), cache_(cache), cached_(cached), counts_(counts) {}
+             ReadCounts* counts, const ReadCache::Interest* reader)
+      : file_(std::move(file)),
+        path_(std::move(path)),
+        cache_(cache),
+        cached_(cached),
+        counts_(counts),
+        reader_(reader) {}
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
-    return cached_ ? cache_->Read(path_, *file_, offset, n, dst, counts_)
+    return cached_ ? cache_->Read(path_, *file_, offset, n, dst, counts_, reader_)
                    : cache_->ReadThrough(*file_, offset, n, dst, counts_);
   }
   uint64_t Size() const override { return file_->Size(); }
@@ -64,6 +73,7 @@ class CachedFile final : public RandomAccessFile {
   ReadCache* cache_;
   bool cached_;
   ReadCounts* counts_;
+  const ReadCache::Interest* reader_;
 };
 
 void Count(ReadCounts* counts, ReadCounts& total, uint64_t bytes) {
@@ -193,41 +203,104 @@ absl::Status ReadCache::ReadThrough(const RandomAccessFile& file, uint64_t offse
   return s;
 }
 
+ReadCache::Interest::Interest(Interest&& other) noexcept
+    : cache_(std::exchange(other.cache_, nullptr)), id_(other.id_), blocks_(std::move(other.blocks_)) {}
+
+ReadCache::Interest& ReadCache::Interest::operator=(Interest&& other) noexcept {
+  if (this != &other) {
+    if (cache_ != nullptr) cache_->Withdraw(*this);
+    cache_ = std::exchange(other.cache_, nullptr);
+    id_ = other.id_;
+    blocks_ = std::move(other.blocks_);
+  }
+  return *this;
+}
+
+ReadCache::Interest::~Interest() {
+  if (cache_ != nullptr) cache_->Withdraw(*this);
+}
+
+ReadCache::Interest ReadCache::Declare(const std::vector<Range>& ranges) {
+  std::set<Key> keys;
+  for (const Range& range : ranges) {
+    if (range.size == 0) continue;
+    for (uint64_t b = range.offset / options_.block_bytes;
+         b <= (range.offset + range.size - 1) / options_.block_bytes; ++b) {
+      keys.insert({range.path, b});
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_interest_++;
+  for (const Key& key : keys) wanted_[key].push_back(id);
+  return Interest(this, id, {keys.begin(), keys.end()});
+}
+
+void ReadCache::Withdraw(const Interest& interest) {
+  absl::MutexLock lock(&mu_);
+  for (const Key& key : interest.blocks_) {
+    auto it = wanted_.find(key);
+    if (it == wanted_.end()) continue;
+    std::erase(it->second, interest.id_);
+    if (it->second.empty()) wanted_.erase(it);
+  }
+}
+
+bool ReadCache::WantedByOtherLocked(const Key& key, uint64_t reader) const {
+  auto it = wanted_.find(key);
+  return it != wanted_.end() && absl::c_any_of(it->second, [reader](uint64_t id) { return id != reader; });
+}
+
 absl::Status ReadCache::Read(const std::string& path, const RandomAccessFile& file, uint64_t offset, size_t n,
-                             char* dst, ReadCounts* counts) {
+                             char* dst, ReadCounts* counts, const Interest* reader) {
   if (n == 0 || !enabled() || offset > file.Size() || n > file.Size() - offset) {
     return ReadThrough(file, offset, n, dst, counts);  // (or its range error)
   }
   const uint64_t block_bytes = options_.block_bytes;
   const uint64_t first = offset / block_bytes;
   const uint64_t last = (offset + n - 1) / block_bytes;
-  std::vector<std::shared_ptr<Block>> blocks;
-  std::vector<bool> mine;  // blocks this call fetches
+  std::vector<std::shared_ptr<Block>> blocks;  // null: read straight into dst
+  std::vector<bool> mine;                      // blocks this call fetches
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t b = first; b <= last; ++b) {
-      auto [it, added] = blocks_.try_emplace({path, b});
+      const Key key(path, b);
+      auto it = blocks_.find(key);
+      if (it == blocks_.end() && reader != nullptr && !WantedByOtherLocked(key, reader->id())) {
+        blocks.push_back(nullptr);
+        mine.push_back(false);
+        continue;
+      }
+      const bool added = it == blocks_.end();
       if (added) {
-        it->second = std::make_shared<Block>(this);
+        it = blocks_.emplace(key, std::make_shared<Block>(this)).first;
         it->second->length = std::min((b + 1) * block_bytes, file.Size()) - b * block_bytes;
       }
       blocks.push_back(it->second);
       mine.push_back(added);
     }
   }
-  // Runs of consecutive blocks nobody holds: one storage read each.
+  // Runs of consecutive blocks nobody holds: one storage read each, into block
+  // memory, or straight into dst where nobody else wants them.
   for (size_t i = 0; i < blocks.size();) {
-    if (!mine[i]) {
+    const bool direct = blocks[i] == nullptr;
+    if (!direct && !mine[i]) {
       ++i;
       continue;
     }
     size_t j = i;
-    while (j < blocks.size() && mine[j]) ++j;
-    Fetch(path, file, first + i, {blocks.begin() + i, blocks.begin() + j}, counts);
+    while (j < blocks.size() && (direct ? blocks[j] == nullptr : blocks[j] != nullptr && mine[j])) ++j;
+    if (direct) {
+      const uint64_t from = std::max((first + i) * block_bytes, offset);
+      const uint64_t to = std::min((first + j) * block_bytes, offset + n);
+      RETURN_IF_ERROR(ReadThrough(file, from, to - from, dst + (from - offset), counts));
+    } else {
+      Fetch(path, file, first + i, {blocks.begin() + i, blocks.begin() + j}, counts);
+    }
     i = j;
   }
   uint64_t hits = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] == nullptr) continue;
     Block& block = *blocks[i];
     {
       absl::MutexLock lock(&mu_);
@@ -252,7 +325,8 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> CachingFileSystem::NewRandomAc
     const std::string& path) {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = target()->NewRandomAccessFile(path);
   if (!file.ok() || reads_ == Reads::kPassedOn || !cache_->IsDataFile(path)) return file;
-  return std::make_unique<CachedFile>(*std::move(file), path, cache_, reads_ == Reads::kCached, counts_);
+  return std::make_unique<CachedFile>(*std::move(file), path, cache_, reads_ == Reads::kCached, counts_,
+                                      reader_);
 }
 
 absl::Status CachingFileSystem::Rename(const std::string& from, const std::string& to) {

@@ -59,12 +59,44 @@ class ReadCache {
   ReadCache(const ReadCache&) = delete;
   ReadCache& operator=(const ReadCache&) = delete;
 
+  // Bytes of a data file that one reader (a restore) is about to read.
+  struct Range {
+    std::string path;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+  // What a reader declared it will read, for as long as the object lives: the cache
+  // keeps a block for that reader's reads only where another declared reader wants
+  // it too (see Read). A default-constructed one declares nothing. Movable; destroy
+  // before the cache.
+  class Interest {
+   public:
+    Interest() = default;
+    Interest(Interest&& other) noexcept;
+    Interest& operator=(Interest&& other) noexcept;
+    ~Interest();
+    uint64_t id() const { return id_; }
+
+   private:
+    friend class ReadCache;
+    Interest(ReadCache* cache, uint64_t id, std::vector<std::pair<std::string, uint64_t>> blocks)
+        : cache_(cache), id_(id), blocks_(std::move(blocks)) {}
+    ReadCache* cache_ = nullptr;
+    uint64_t id_ = 0;
+    std::vector<std::pair<std::string, uint64_t>> blocks_;
+  };
+  Interest Declare(const std::vector<Range>& ranges);
+
   // Reads [offset, offset + n) of `file`, whose path is `path`, into dst, from cached
   // blocks where it can. Bytes fetched from storage are added to *counts (when not
   // null) and to the daemon's total. Errors are the file's; a failed fetch leaves
   // nothing cached.
+  // With `reader` (a declared interest), a block that is neither here nor wanted by
+  // another declared reader is read straight into dst and not kept: one landing in
+  // memory instead of a fetch into block memory and a copy out of it (first touch
+  // of memory is the slow part of a restore). Without it, every block is kept.
   absl::Status Read(const std::string& path, const RandomAccessFile& file, uint64_t offset, size_t n,
-                    char* dst, ReadCounts* counts);
+                    char* dst, ReadCounts* counts, const Interest* reader = nullptr);
   // Reads straight from `file`, counting the bytes as Read does.
   absl::Status ReadThrough(const RandomAccessFile& file, uint64_t offset, size_t n, char* dst,
                            ReadCounts* counts);
@@ -107,6 +139,9 @@ class ReadCache {
   void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(std::map<Key, std::shared_ptr<Block>>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Sweep();
+  void Withdraw(const Interest& interest);
+  // Whether a declared reader other than `reader` wants block `key`.
+  bool WantedByOtherLocked(const Key& key, uint64_t reader) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   ReadCounts total_;
@@ -114,7 +149,10 @@ class ReadCache {
   mutable absl::Mutex mu_;
   std::map<Key, std::shared_ptr<Block>> blocks_ ABSL_GUARDED_BY(mu_);
   std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // ready blocks, least recently used first
-  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;   // bytes of ready blocks
+  // Blocks declared readers want, with their ids (one entry per reader).
+  std::map<Key, std::vector<uint64_t>> wanted_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_interest_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of ready blocks
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex pool_mu_;
   std::vector<char*> pool_ ABSL_GUARDED_BY(pool_mu_);
@@ -123,15 +161,17 @@ class ReadCache {
 
 // A FileSystem over `target` whose renames and deletions make `cache` forget what
 // they touch, and whose reads are, per `reads`: kCached, through the cache, counted
-// into `counts` (may be null) and the cache's total; kCounted, straight from the
-// target but counted so (a directory the cache does not follow, like the drain);
-// kPassedOn, neither (the commit's own reads, which are not restores). Files it opens
-// refer to the cache, which must outlive them.
+// into `counts` (may be null) and the cache's total (with `reader`, the declared
+// interest of the restore reading, the cache keeps only blocks another reader wants);
+// kCounted, straight from the target but counted so (a directory the cache does not
+// follow, like the drain); kPassedOn, neither (the commit's own reads, which are not
+// restores). Files it opens refer to the cache (and `reader`), which must outlive them.
 class CachingFileSystem final : public FileSystemWrapper {
  public:
   enum class Reads { kCached, kCounted, kPassedOn };
-  CachingFileSystem(FileSystem* target, ReadCache* cache, Reads reads, ReadCounts* counts = nullptr)
-      : FileSystemWrapper(target), cache_(cache), reads_(reads), counts_(counts) {}
+  CachingFileSystem(FileSystem* target, ReadCache* cache, Reads reads, ReadCounts* counts = nullptr,
+                    const ReadCache::Interest* reader = nullptr)
+      : FileSystemWrapper(target), cache_(cache), reads_(reads), counts_(counts), reader_(reader) {}
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status DeleteFile(const std::string& path) override;
@@ -141,6 +181,7 @@ class CachingFileSystem final : public FileSystemWrapper {
   ReadCache* cache_;
   Reads reads_;
   ReadCounts* counts_;
+  const ReadCache::Interest* reader_;
 };
 
 }  // namespace ckptd

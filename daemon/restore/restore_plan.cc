@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
@@ -73,6 +74,22 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
     plan.items.push_back(std::move(item));
   }
   return plan;
+}
+
+std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const RestorePlan& plan) {
+  std::vector<ReadCache::Range> ranges;
+  for (const RestoreItem& item : plan.items) {
+    for (const SavedPiece& piece : item.info.pieces) {
+      const bool wanted = absl::c_any_of(item.boxes, [&](const Box& box) {
+        return piece.box == box || Intersect(piece.box, box).has_value();
+      });
+      if (!wanted) continue;
+      ranges.push_back({.path = reader.DataFile(piece.entry.shard_id()),
+                        .offset = static_cast<uint64_t>(piece.entry.offset()),
+                        .size = static_cast<uint64_t>(piece.entry.size())});
+    }
+  }
+  return ranges;
 }
 
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/bundle/bundle.h"
+#include "daemon/io/read_cache.h"
 #include "daemon/layout/box.h"
 #include "daemon/layout/mesh.h"
 
@@ -56,6 +57,10 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
 // Reads item i into outputs[i] (items[i].bytes bytes), verifying every checksum read
 // and converting dtypes. Boxes are spread over `threads` threads. The first error, if
 // any (DATA_LOSS naming tensor, slice and file for a bad checksum).
+// The stored bytes ReadPlan will read for `plan`: every saved piece that overlaps a
+// requested box, whole (pieces are read whole and checksummed).
+std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const RestorePlan& plan);
+
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                       int threads);
 

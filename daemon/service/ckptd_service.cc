@@ -401,7 +401,9 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
       fs = &stack.cached.emplace(fs, context_.read_cache, CachingFileSystem::Reads::kCounted, &stack.counts);
     }
   } else {
-    fs = StepFileSystem(request.run(), step, deadline, &stack);
+    // Blocks are kept for every reader where other hosts' daemons read through this
+    // one; otherwise only where another restore here declared it wants them too.
+    fs = StepFileSystem(request.run(), step, deadline, /*keep_all=*/ReadsThroughPeers(), &stack);
   }
   const bool through_peers = stack.peers.has_value();
   ASSIGN_OR_RETURN(std::unique_ptr<BundleReader> reader,
@@ -416,6 +418,8 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     RETURN_IF_ERROR(CheckShardsHere(*reader, store_->StepDir(request.run(), step)));
   }
   ASSIGN_OR_RETURN(RestorePlan plan, std::move(planned));
+  if (context_.read_cache != nullptr)
+    stack.interest = context_.read_cache->Declare(StoredRanges(*reader, plan));
   if (!note.empty() || source.drained) {
     absl::StrAppend(&note, note.empty() ? "" : "; ", "restored step ", step,
                     source.drained ? absl::StrCat(" from the drained copy in ", source.store->root()) : "");
@@ -589,19 +593,23 @@ grpc::Status CkptdService::ListTensors(grpc::ServerContext* ctx, const v1::ListT
   return ToGrpcStatus(s);
 }
 
-FileSystem* CkptdService::StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
-                                         ReadStack* stack) const {
-  FileSystem* fs = store_->fs();
-  if (context_.storage != nullptr && context_.read_cache != nullptr) {
-    fs = &stack->cached.emplace(context_.storage, context_.read_cache, CachingFileSystem::Reads::kCached,
-                                &stack->counts);
-    if (memory_tier_ != nullptr) fs = &stack->memory.emplace(fs, memory_tier_);
-  }
+bool CkptdService::ReadsThroughPeers() const {
   // Other hosts' data files are read through their daemons when they are known (a
   // TCP listener with mutual TLS): on local disks, where they are not here, and with
   // read_once, where one daemon reads each file for all.
-  if ((!context_.local_storage && !context_.read_once) || context_.peer_directory == nullptr ||
-      !context_.peer_directory->ready() || context_.num_ranks < 2) {
+  return (context_.local_storage || context_.read_once) && context_.peer_directory != nullptr &&
+         context_.peer_directory->ready() && context_.num_ranks >= 2;
+}
+
+FileSystem* CkptdService::StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
+                                         bool keep_all, ReadStack* stack) const {
+  FileSystem* fs = store_->fs();
+  if (context_.storage != nullptr && context_.read_cache != nullptr) {
+    fs = &stack->cached.emplace(context_.storage, context_.read_cache, CachingFileSystem::Reads::kCached,
+                                &stack->counts, keep_all ? nullptr : &stack->interest);
+    if (memory_tier_ != nullptr) fs = &stack->memory.emplace(fs, memory_tier_);
+  }
+  if (!ReadsThroughPeers()) {
     stack->top = fs;
     return fs;
   }
@@ -641,7 +649,8 @@ absl::Status CkptdService::DoReadStepFile(const v1::ReadStepFileRequest& request
   }
   const StepRegistry::RestorePin pin(registry_, {request.run(), request.step()});
   ReadStack stack;
-  FileSystem* fs = StepFileSystem(request.run(), request.step(), deadline, &stack);
+  // Another host's daemon asks, for its trainers: blocks are kept for the others.
+  FileSystem* fs = StepFileSystem(request.run(), request.step(), deadline, /*keep_all=*/true, &stack);
   ASSIGN_OR_RETURN(
       std::unique_ptr<RandomAccessFile> file,
       fs->NewRandomAccessFile(JoinPath(store_->StepDir(request.run(), request.step()), request.file())));

@@ -148,14 +148,22 @@ class CkptdService final
   // known peers, on local disks or with read_once) other daemons.
   struct ReadStack {
     ReadCounts counts;
+    // What the restore will read; the cache keeps blocks for it only where another
+    // reader wants them (outlives `cached`, whose files point at it).
+    ReadCache::Interest interest;
     std::optional<CachingFileSystem> cached;
     std::optional<MemoryTierFileSystem> memory;
     std::optional<PeerFileSystem> peers;
     FileSystem* top = nullptr;
   };
   // Builds *stack for reading `step` of `run` (within `deadline`) and returns its top.
-  FileSystem* StepFileSystem(const std::string& run, int64_t step, absl::Time deadline,
+  // With `keep_all`, the read cache keeps every block read; otherwise only those
+  // another declared reader wants (see ReadCache::Read; stack->interest declares).
+  FileSystem* StepFileSystem(const std::string& run, int64_t step, absl::Time deadline, bool keep_all,
                              ReadStack* stack) const;
+  // Whether restores read other hosts' data files through their daemons (local
+  // storage, or read_once); then those daemons read this host's files through this one.
+  bool ReadsThroughPeers() const;
   absl::Status DoListTensors(const v1::ListTensorsRequest& request, v1::ListTensorsResponse* response);
   absl::Status DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                       v1::SaveResponse* response);

@@ -47,7 +47,11 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
   if (map_size == 0) return std::shared_ptr<SharedSegment>(new SharedSegment(nullptr, 0, nullptr, 0));
   // Save maps privately: the daemon may write into staged bytes (casts never do, but
   // nothing it does should reach the trainer's memory).
-  const int share = access == Access::kWrite ? MAP_SHARED : MAP_PRIVATE;
+  // A restore's reply is populated at once: the reads that fill it would otherwise
+  // fault it in a page at a time (its pages are the trainer's, so this only maps
+  // them, or allocates them where the trainer never touched the segment). A save's
+  // mapping is not: that would lengthen the trainer's stall.
+  const int share = access == Access::kWrite ? MAP_SHARED | MAP_POPULATE : MAP_PRIVATE;
   void* map = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE, share, opened, map_offset);
   if (map == MAP_FAILED) return ErrnoToStatus(errno, "shared_memory: mmap");
   char* data = static_cast<char*>(map) + (offset - map_offset);

@@ -57,11 +57,12 @@ std::string Pattern(size_t n) {
   return s;
 }
 
+constexpr char kPath[] = "/r/run/step-1/ckpt.data-00000-of-00001";
+
 std::string Read(ReadCache& cache, const CountingFile& file, uint64_t offset, size_t n,
-                 ReadCounts* counts = nullptr) {
+                 ReadCounts* counts = nullptr, const ReadCache::Interest* reader = nullptr) {
   std::string out(n, 'x');
-  const absl::Status s =
-      cache.Read("/r/run/step-1/ckpt.data-00000-of-00001", file, offset, n, out.data(), counts);
+  const absl::Status s = cache.Read(kPath, file, offset, n, out.data(), counts, reader);
   return s.ok() ? out : s.ToString();
 }
 
@@ -119,6 +120,44 @@ TEST(ReadCacheTest, AFailedFetchCachesNothingAndTheNextReadTriesStorageAgain) {
   EXPECT_EQ(cache.held_bytes(), 0u);
   EXPECT_EQ(Read(cache, file, 0, kBlock), file.data_.substr(0, kBlock));
   EXPECT_EQ(file.reads_, 2);
+}
+
+TEST(ReadCacheTest, AReaderNobodyElseWantsReadsStraightIntoItsMemoryAndKeepsNothing) {
+  ReadCache cache(Small(16));
+  const CountingFile file(Pattern(8 * kBlock));
+  const ReadCache::Interest alone = cache.Declare({{kPath, 100, 6 * kBlock}});
+  ReadCounts counts;
+  // Only the bytes asked for leave storage (no whole blocks), and none are kept.
+  EXPECT_EQ(Read(cache, file, 100, 6 * kBlock, &counts, &alone), file.data_.substr(100, 6 * kBlock));
+  EXPECT_EQ(counts.storage_bytes, 6 * kBlock);
+  EXPECT_EQ(cache.held_bytes(), 0u);
+  EXPECT_EQ(Read(cache, file, 100, kBlock, &counts, &alone), file.data_.substr(100, kBlock));
+  EXPECT_EQ(counts.storage_bytes, 7 * kBlock);
+  EXPECT_EQ(file.reads_, 2);
+}
+
+TEST(ReadCacheTest, BlocksAnotherDeclaredReaderWantsAreKeptForIt) {
+  ReadCache cache(Small(16));
+  const CountingFile file(Pattern(8 * kBlock));
+  ReadCounts first, second;
+  ReadCache::Interest a = cache.Declare({{kPath, 0, 4 * kBlock}});
+  const ReadCache::Interest b = cache.Declare({{kPath, 2 * kBlock + 10, kBlock}, {"/other/file", 0, 100}});
+  // Blocks 0-1 go straight to a's memory; blocks 2-3, which b wants too, are kept.
+  EXPECT_EQ(Read(cache, file, 0, 4 * kBlock, &first, &a), file.data_.substr(0, 4 * kBlock));
+  EXPECT_EQ(first.storage_bytes, 4 * kBlock);
+  EXPECT_EQ(cache.held_bytes(), 2 * kBlock);
+  EXPECT_EQ(Read(cache, file, 2 * kBlock + 10, kBlock, &second, &b),
+            file.data_.substr(2 * kBlock + 10, kBlock));
+  EXPECT_EQ(second.storage_bytes, 0u);
+  // Once a is gone, b wants block 0 alone: read straight, not kept.
+  a = ReadCache::Interest();
+  EXPECT_EQ(Read(cache, file, 0, 10, &second, &b), file.data_.substr(0, 10));
+  EXPECT_EQ(second.storage_bytes, 10u);
+  EXPECT_EQ(cache.held_bytes(), 2 * kBlock);
+  // A reader that declared nothing is served by held blocks all the same.
+  const ReadCache::Interest late;
+  EXPECT_EQ(Read(cache, file, 3 * kBlock, kBlock, &second, &late), file.data_.substr(3 * kBlock, kBlock));
+  EXPECT_EQ(second.storage_bytes, 10u);
 }
 
 TEST(ReadCacheTest, HeldBytesStayWithinCapacityLeastRecentlyUsedGoingFirst) {

@@ -16,7 +16,8 @@
 #              reads a step of its own, and the bytes the daemons read from storage for
 #              it are reported beside the bytes delivered (read amplification)
 #   memory     the same save and restores with memory_steps 5: restores from daemon memory
-#   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore
+#   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore (each the
+#              median of 3 rounds)
 #   repeat     --repeat N runs the ckptd measurements N times (fresh daemons and root
 #              each time) and reports each figure's median; the runs are in the JSON
 #   peers      --peers: PyTorch DCP (save with fsync, cold load) and parallel HDF5

@@ -624,7 +624,6 @@ absl::Status BundleReader::CheckEntryRange(const std::string& label, const tf::B
 }
 
 absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst) {
-  const std::string file_name = DataFile(entry.shard_id());
   RETURN_IF_ERROR(CheckEntryRange(label, entry));
   auto file = DataFileHandle(entry.shard_id());
   absl::Status s =
@@ -633,6 +632,38 @@ absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleE
     return absl::DataLossError(absl::StrCat("tensor ", label, ": ", s.message()));
   }
   RETURN_IF_ERROR(s);
+  return CheckEntryBytes(label, entry, dst);
+}
+
+absl::Status BundleReader::ReadEntries(uint64_t offset, uint64_t span, const std::vector<EntryRead>& reads) {
+  if (reads.empty()) return absl::OkStatus();
+  const int shard = reads.front().entry->shard_id();
+  for (const EntryRead& r : reads) {
+    RETURN_IF_ERROR(CheckEntryRange(r.label, *r.entry));
+    if (r.entry->shard_id() != shard || static_cast<uint64_t>(r.entry->offset()) < offset ||
+        static_cast<uint64_t>(r.entry->offset() + r.entry->size()) > offset + span) {
+      return absl::InternalError(absl::StrCat("ReadEntries: ", r.label, " lies outside the span"));
+    }
+  }
+  auto file = DataFileHandle(shard);
+  std::string buffer(static_cast<size_t>(span), '\0');
+  absl::Status s = (*file)->Read(offset, buffer.size(), buffer.data());
+  if (absl::IsOutOfRange(s)) {
+    return absl::DataLossError(absl::StrCat("tensor ", reads.front().label, ": ", s.message()));
+  }
+  RETURN_IF_ERROR(s);
+  for (const EntryRead& r : reads) {
+    const char* bytes = buffer.data() + (r.entry->offset() - offset);
+    RETURN_IF_ERROR(CheckEntryBytes(r.label, *r.entry, bytes));
+    std::memcpy(r.dst, bytes, static_cast<size_t>(r.entry->size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BundleReader::CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
+                                           const char* data) const {
+  const std::string file_name = DataFile(entry.shard_id());
+  const char* dst = data;
   int64_t elements = 1;
   for (const auto& dim : entry.shape().dim()) elements *= dim.size();
   absl::StatusOr<uint32_t> actual =

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckptd/v1/tensor_bundle.pb.h"
@@ -169,6 +170,17 @@ class BundleReader {
   // Reads one entry's bytes into dst (entry.size() bytes) and checks its crc32c.
   // DATA_LOSS naming the piece and file on a mismatch or a range past the file's end.
   absl::Status ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst);
+  // One entry of a ReadEntries batch.
+  struct EntryRead {
+    std::string label;
+    const tf::BundleEntryProto* entry;
+    char* dst;
+  };
+  // Reads entries of one data file lying in order within [offset, offset + span) of
+  // it (reads[0] starting at offset) with one read of the whole span, then checks
+  // and places each as ReadEntry does: many small entries cost one request, not one
+  // each. The bytes between entries are read and ignored.
+  absl::Status ReadEntries(uint64_t offset, uint64_t span, const std::vector<EntryRead>& reads);
 
   // Checks, before anything is allocated for it, that `box` can be read: the pieces
   // intersecting it cover it and their byte ranges lie inside their data files.
@@ -198,6 +210,10 @@ class BundleReader {
   std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
 
  private:
+  // Checks the crc32c of one entry's bytes (already read into data); DATA_LOSS
+  // naming the piece and file on a mismatch.
+  absl::Status CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
+                               const char* data) const;
   BundleReader(FileSystem* fs, std::string prefix) : fs_(fs), prefix_(std::move(prefix)) {}
   absl::StatusOr<RandomAccessFile*> DataFileHandle(int shard);
 
@@ -205,7 +221,7 @@ class BundleReader {
   std::string prefix_;
   tf::BundleHeaderProto header_;
   std::vector<std::pair<std::string, tf::BundleEntryProto>> entries_;
-  std::map<std::string, size_t> by_key_;
+  absl::flat_hash_map<std::string, size_t> by_key_;  // index into entries_
   std::map<int, std::unique_ptr<RandomAccessFile>> data_files_;
 };
 

@@ -123,11 +123,71 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
       out += box.NumElements() * static_cast<int64_t>(DataTypeSize(plan.items[i].dtype));
     }
   }
+  // Small boxes that are each one whole saved piece in the restore's own dtype are
+  // read in batches of neighbours in their data file, one request per batch: with
+  // many small tensors the requests, not the bytes, are the cost.
+  constexpr uint64_t kSmallEntry = 256 << 10, kMaxGap = 64 << 10, kMaxBatch = 8 << 20;
+  struct Small {
+    size_t read;
+    const SavedPiece* piece;
+  };
+  std::vector<Small> small;
+  std::vector<bool> batched(reads.size(), false);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const Read& r = reads[i];
+    if (r.item->dtype != r.item->info.dtype) continue;
+    // The piece ReadBox would read first: it reads this one alone, straight into place.
+    for (const SavedPiece& piece : r.item->info.pieces) {
+      const bool same = piece.box == *r.box;
+      if (!same && !Intersect(piece.box, *r.box).has_value()) continue;
+      if (same && static_cast<uint64_t>(piece.entry.size()) <= kSmallEntry) {
+        small.push_back({i, &piece});
+        batched[i] = true;
+      }
+      break;
+    }
+  }
+  absl::c_sort(small, [](const Small& a, const Small& b) {
+    return std::make_pair(a.piece->entry.shard_id(), a.piece->entry.offset()) <
+           std::make_pair(b.piece->entry.shard_id(), b.piece->entry.offset());
+  });
+  struct Batch {
+    uint64_t offset = 0, span = 0;
+    std::vector<BundleReader::EntryRead> entries;
+    size_t first_read = 0;  // where its failure is reported
+  };
+  std::vector<Batch> batches;
+  for (const Small& one : small) {
+    const tf::BundleEntryProto& entry = one.piece->entry;
+    const uint64_t begin = static_cast<uint64_t>(entry.offset()), end = begin + entry.size();
+    Batch* last = batches.empty() ? nullptr : &batches.back();
+    const bool joins = last != nullptr && last->entries.front().entry->shard_id() == entry.shard_id() &&
+                       begin >= last->offset + last->span && begin - (last->offset + last->span) <= kMaxGap &&
+                       end - last->offset <= kMaxBatch;
+    if (!joins) {
+      batches.push_back({.offset = begin, .span = 0, .entries = {}, .first_read = one.read});
+      last = &batches.back();
+    }
+    last->span = end - last->offset;
+    last->entries.push_back({.label = one.piece->label, .entry = &entry, .dst = reads[one.read].out});
+  }
+  // Work units: the batches, then every other read on its own.
+  std::vector<size_t> singles;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (!batched[i]) singles.push_back(i);
+  }
+  const size_t units = batches.size() + singles.size();
   std::atomic<size_t> next{0};
   std::vector<absl::Status> failures(reads.size());
   auto read_boxes = [&] {
     std::string stored;
-    for (size_t i = next++; i < reads.size(); i = next++) {
+    for (size_t u = next++; u < units; u = next++) {
+      if (u < batches.size()) {
+        const Batch& batch = batches[u];
+        failures[batch.first_read] = reader.ReadEntries(batch.offset, batch.span, batch.entries);
+        continue;
+      }
+      const size_t i = singles[u - batches.size()];
       const Read& r = reads[i];
       const TensorInfo& info = r.item->info;
       if (r.item->dtype == info.dtype) {
@@ -142,7 +202,7 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
     }
   };
   std::vector<std::thread> helpers;
-  const size_t wanted = std::min<size_t>(reads.size(), static_cast<size_t>(std::max(threads, 1)));
+  const size_t wanted = std::min<size_t>(units, static_cast<size_t>(std::max(threads, 1)));
   for (size_t i = 1; i < wanted; ++i) helpers.emplace_back(read_boxes);
   read_boxes();
   for (std::thread& t : helpers) t.join();

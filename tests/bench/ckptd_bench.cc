@@ -343,7 +343,12 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   return out;
 }
 
-json Metadata(const std::string& socket_template, const std::vector<int64_t>& counts) {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+json Metadata(const std::string& socket_template, const std::vector<int64_t>& counts, int rounds) {
   auto client =
       ckptd::Client::Connect(absl::StrReplaceAll(socket_template, {{"{rank}", "0"}}), absl::Seconds(60));
   if (!client.ok()) Fail(std::string(client.status().message()));
@@ -360,22 +365,33 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
       shards.push_back({names[i], ckptd::kDtUint8, {1024}, {}, {}, data.data(), data.size()});
       targets.push_back({.name = names[i], .dtype = 0, .data = back[i].data(), .size = back[i].size()});
     }
-    ++step;
-    absl::Time start = absl::Now();
-    auto saved = (*client)->Save("meta", step, 0, 1, shards);
-    if (!saved.ok()) Fail(std::string(saved.status().message()));
-    const double save_s = Seconds(start);
-    if (absl::Status w = (*client)->Wait("meta", step); !w.ok()) Fail(std::string(w.message()));
-    const double commit_s = Seconds(start) - save_s;
-    start = absl::Now();
-    auto restored = (*client)->Restore("meta", step, targets);
-    if (!restored.ok()) Fail(std::string(restored.status().message()));
-    const double restore_s = Seconds(start);
+    // Each count runs `rounds` times (a step each); the median of each figure is
+    // reported, this machine's run-to-run noise being larger than the effect measured.
+    std::vector<double> save_times, commit_times, restore_times, totals;
+    for (int round = 0; round < rounds; ++round) {
+      ++step;
+      absl::Time start = absl::Now();
+      auto saved = (*client)->Save("meta", step, 0, 1, shards);
+      if (!saved.ok()) Fail(std::string(saved.status().message()));
+      const double save_s = Seconds(start);
+      if (absl::Status w = (*client)->Wait("meta", step); !w.ok()) Fail(std::string(w.message()));
+      const double commit_s = Seconds(start) - save_s;
+      start = absl::Now();
+      auto restored = (*client)->Restore("meta", step, targets);
+      if (!restored.ok()) Fail(std::string(restored.status().message()));
+      const double restore_s = Seconds(start);
+      save_times.push_back(save_s);
+      commit_times.push_back(commit_s);
+      restore_times.push_back(restore_s);
+      totals.push_back(save_s + commit_s + restore_s);
+    }
     out.push_back({{"tensors", n},
-                   {"save_s", save_s},
-                   {"commit_s", commit_s},
-                   {"restore_s", restore_s},
-                   {"total_s", save_s + commit_s + restore_s}});
+                   {"rounds", rounds},
+                   {"save_s", Median(save_times)},
+                   {"commit_s", Median(commit_times)},
+                   {"restore_s", Median(restore_times)},
+                   {"total_s", Median(totals)},
+                   {"total_s_each", totals}});
   }
   return out;
 }
@@ -397,6 +413,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket, "daemon socket template, {rank} = daemon rank");
   app.add_option("--daemons", daemons, "save: daemons in the job (trainers spread evenly)");
   app.add_option("--counts", counts_text, "metadata: tensor counts");
+  int rounds = 3;
+  app.add_option("--rounds", rounds, "metadata: runs of each count (the median is reported)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--net-interface", net_interface, "save: also count each host's bytes on this interface");
   bool restore_only = false;
   app.add_flag("--restore-only", restore_only, "save: only the restores, of the step an earlier run saved");
@@ -417,7 +436,7 @@ int main(int argc, char** argv) {
   } else {
     std::vector<int64_t> counts;
     for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));
-    out = Metadata(socket, counts);
+    out = Metadata(socket, counts, rounds);
   }
   if (rank == 0) std::cout << out.dump() << std::endl;
   MPI_Finalize();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "absl/strings/escaping.h"
@@ -252,7 +253,15 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
        .shape = {4, 2},
        .boxes = {{.box = Box{{0, 0}, {2, 2}}, .writer = 0}, {.box = Box{{2, 0}, {2, 2}}, .writer = 1}},
        .layout = "sharding_specs:x,unsharded, mesh:|x=2|0,1|0|/d:0"});
+  meta.tensors.push_back({.name = "scalar \"q\"\n\u00e9", .dtype = "int64"});
   meta.commit_seconds = 1.25;
+  meta.max_write_seconds = 1e-05;
+  meta.imported_from = "/some/where";
+  meta.hosts.push_back({.rank = 0, .copies = {1}});
+  // Written as nlohmann::json writes the same document, byte for byte.
+  const std::string text = meta.ToJson();
+  EXPECT_EQ(text, nlohmann::json::parse(text).dump(1));
+  EXPECT_EQ(CheckpointMeta{}.ToJson(), nlohmann::json::parse(CheckpointMeta{}.ToJson()).dump(1));
   auto back = CheckpointMeta::FromJson(meta.ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToJson(), meta.ToJson());

@@ -47,6 +47,24 @@ class JsonWriter {
     for (const T& v : values) Value(static_cast<int64_t>(v));
     EndArray();
   }
+  // A key and its value: a string, a number, or a vector of integers.
+  void Field(std::string_view key, std::string_view v) {
+    Key(key);
+    Value(v);
+  }
+  void Field(std::string_view key, int64_t v) {
+    Key(key);
+    Value(v);
+  }
+  void Field(std::string_view key, double v) {
+    Key(key);
+    Value(v);
+  }
+  template <typename T>
+  void Field(std::string_view key, const std::vector<T>& values) {
+    Key(key);
+    Array(values);
+  }
 
  private:
   // Before any value or key: a separator and the indent, unless it follows a key.
@@ -96,45 +114,28 @@ class JsonWriter {
 std::string CheckpointMeta::ToJson() const {
   JsonWriter w;
   w.BeginObject();
-  w.Key("bytes_per_host");
-  w.Array(bytes_per_host);
-  w.Key("created_unix");
-  w.Value(created_unix);
-  w.Key("format");
-  w.Value(format);
+  w.Field("bytes_per_host", bytes_per_host);
+  w.Field("created_unix", created_unix);
+  w.Field("format", format);
   w.Key("hosts");
   w.BeginArray();
   for (const Host& h : hosts) {
     w.BeginObject();
-    w.Key("bytes");
-    w.Value(h.bytes);
-    w.Key("copies");
-    w.Array(h.copies);
-    w.Key("file");
-    w.Value(h.file);
-    w.Key("host");
-    w.Value(h.host);
-    w.Key("rank");
-    w.Value(int64_t{h.rank});
-    w.Key("write_seconds");
-    w.Value(h.write_seconds);
+    w.Field("bytes", h.bytes);
+    w.Field("copies", h.copies);
+    w.Field("file", h.file);
+    w.Field("host", h.host);
+    w.Field("rank", int64_t{h.rank});
+    w.Field("write_seconds", h.write_seconds);
     w.EndObject();
   }
   w.EndArray();
-  if (!imported_from.empty()) {
-    w.Key("imported_from");
-    w.Value(imported_from);
-  }
-  w.Key("mesh");
-  w.Value(mesh);
-  w.Key("num_hosts");
-  w.Value(int64_t{num_hosts});
-  w.Key("run");
-  w.Value(run);
-  w.Key("step");
-  w.Value(step);
-  w.Key("storage");
-  w.Value(storage);
+  if (!imported_from.empty()) w.Field("imported_from", imported_from);
+  w.Field("mesh", mesh);
+  w.Field("num_hosts", int64_t{num_hosts});
+  w.Field("run", run);
+  w.Field("step", step);
+  w.Field("storage", storage);
   w.Key("tensors");
   w.BeginArray();
   for (const Tensor& t : tensors) {
@@ -143,39 +144,26 @@ std::string CheckpointMeta::ToJson() const {
     w.BeginArray();
     for (const PlacedBox& b : t.boxes) {
       w.BeginObject();
-      w.Key("length");
-      w.Array(b.box.length);
-      w.Key("start");
-      w.Array(b.box.start);
-      w.Key("writer");
-      w.Value(int64_t{b.writer});
+      w.Field("length", b.box.length);
+      w.Field("start", b.box.start);
+      w.Field("writer", int64_t{b.writer});
       w.EndObject();
     }
     w.EndArray();
-    w.Key("dtype");
-    w.Value(t.dtype);
-    if (!t.layout.empty()) {
-      w.Key("layout");
-      w.Value(t.layout);
-    }
-    w.Key("name");
-    w.Value(t.name);
-    w.Key("shape");
-    w.Array(t.shape);
+    w.Field("dtype", t.dtype);
+    if (!t.layout.empty()) w.Field("layout", t.layout);
+    w.Field("name", t.name);
+    w.Field("shape", t.shape);
     w.EndObject();
   }
   w.EndArray();
   w.Key("timings");
   w.BeginObject();
-  w.Key("commit_seconds");
-  w.Value(commit_seconds);
-  w.Key("max_write_seconds");
-  w.Value(max_write_seconds);
+  w.Field("commit_seconds", commit_seconds);
+  w.Field("max_write_seconds", max_write_seconds);
   w.EndObject();
-  w.Key("trainer_count");
-  w.Value(int64_t{trainer_count});
-  w.Key("version");
-  w.Value(version);
+  w.Field("trainer_count", int64_t{trainer_count});
+  w.Field("version", version);
   w.EndObject();
   return w.Take();
 }

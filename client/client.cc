@@ -135,6 +135,9 @@ absl::StatusOr<std::unique_ptr<Client::Segment>> Client::TakeSegment(size_t size
         return segment;
       }
     }
+    // Kept segments too small for this call go before a larger one is made: idle
+    // shared memory of sizes the trainer has moved past is not held beside it.
+    std::erase_if(free_segments_, [size](const std::unique_ptr<Segment>& s) { return s->size() < size; });
   }
   return Segment::Create(size);
 }

@@ -181,7 +181,7 @@ class NetMeter {
 };
 
 json Save(const std::string& socket_template, int64_t bytes, int daemons, const std::string& net_interface,
-          bool restore_only) {
+          bool restore_only, bool data_parallel) {
   int rank = 0, trainers = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &trainers);
@@ -304,7 +304,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   client = connect();
   // Big enough for the whole tensor (the data-parallel restore), which also holds
   // this trainer's slab and a row half (the reshard).
-  const int64_t target_bytes = m.rows * m.cols * 4;
+  const int64_t target_bytes = (data_parallel ? m.rows : m.rows / 2) * m.cols * 4;
   for (int i = 0; i < kTensors; ++i) {
     // A trainer restores into memory it already uses: touched before timing.
     targets.push_back(AlignedAlloc(static_cast<size_t>(target_bytes)));
@@ -321,7 +321,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   const double cold_reshard_s = restore(3, (rank % 2) * (m.rows / 2), m.rows / 2, "cold_reshard_restore");
   const double reshard_s = restore(4, (rank % 2) * (m.rows / 2), m.rows / 2, "reshard_restore");
   // Data-parallel: every trainer restores the whole model.
-  const double dp_s = restore(5, 0, m.rows, "dp_restore");
+  const double dp_s = data_parallel ? restore(5, 0, m.rows, "dp_restore") : 0;
   for (char* p : targets) std::free(p);
   const double gb = static_cast<double>(total) / 1e9;
   out.update({{"bytes", total},
@@ -335,7 +335,7 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
               // Every trainer receives half of every tensor: twice the checkpoint's bytes.
               {"reshard_restore_gbps", 2 * gb / reshard_s},
               // Every trainer receives everything: `trainers` times the checkpoint's bytes.
-              {"dp_restore_gbps", trainers * gb / dp_s},
+              {"dp_restore_gbps", data_parallel ? trainers * gb / dp_s : 0.0},
               {"dp_restore_delivered_bytes", trainers * total},
               {"storage_bytes", storage_bytes},
               {"page_cache_dropped", page_cache_dropped}});
@@ -419,6 +419,9 @@ int main(int argc, char** argv) {
   app.add_option("--net-interface", net_interface, "save: also count each host's bytes on this interface");
   bool restore_only = false;
   app.add_flag("--restore-only", restore_only, "save: only the restores, of the step an earlier run saved");
+  bool no_data_parallel = false;
+  app.add_flag("--no-data-parallel", no_data_parallel,
+               "save: leave out the data-parallel restore (every trainer the whole model in memory)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -432,7 +435,7 @@ int main(int argc, char** argv) {
   if (mode == "raw") {
     out = Raw(dir, bytes, files);
   } else if (mode == "save") {
-    out = Save(socket, bytes, daemons, net_interface, restore_only);
+    out = Save(socket, bytes, daemons, net_interface, restore_only, !no_data_parallel);
   } else {
     std::vector<int64_t> counts;
     for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));

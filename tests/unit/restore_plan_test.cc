@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstring>
 #include <numeric>
 
 #include "daemon/base/dtype.h"
+#include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/crc32c.h"
 #include "daemon/bundle/ordered_code.h"
@@ -177,6 +180,63 @@ TEST_F(RestorePlanTest, ReadVerifiesChecksumsOfWhatItReads) {
   const absl::Status read = ReadPlan(**reader, *whole, {all.data()}, 2);
   EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
   EXPECT_NE(read.message().find("tensor 'm' slice 2,2:-"), absl::string_view::npos) << read;
+}
+
+// Counts the read requests that reach each data file.
+class CountingFileSystem final : public FileSystemWrapper {
+ public:
+  using FileSystemWrapper::FileSystemWrapper;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, target()->NewRandomAccessFile(path));
+    return std::unique_ptr<RandomAccessFile>(new Counted(std::move(file), &reads_));
+  }
+  int reads() const { return reads_; }
+
+ private:
+  class Counted final : public RandomAccessFile {
+   public:
+    Counted(std::unique_ptr<RandomAccessFile> file, std::atomic<int>* reads)
+        : file_(std::move(file)), reads_(reads) {}
+    absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+      ++*reads_;
+      return file_->Read(offset, n, dst);
+    }
+    uint64_t Size() const override { return file_->Size(); }
+
+   private:
+    std::unique_ptr<RandomAccessFile> file_;
+    std::atomic<int>* reads_;
+  };
+  std::atomic<int> reads_{0};
+};
+
+TEST_F(RestorePlanTest, NeighbouringSmallPiecesAreReadInOneRequestAndEachIsStillVerified) {
+  // Shard 1 holds m's second slab and then v: two whole pieces, side by side.
+  const std::vector<TensorWant> wants = {{.name = "m", .box = Box{{2, 0}, {2, 6}}}, {.name = "v"}};
+  CountingFileSystem counting(PosixFileSystem());
+  auto reader = BundleReader::Open(&counting, prefix_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto plan = PlanRestore(**reader, wants, Placement{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::string slab(48, '\0'), v(40, '\0');
+  const int before = counting.reads();
+  ASSERT_TRUE(ReadPlan(**reader, *plan, {slab.data(), v.data()}, 2).ok());
+  EXPECT_EQ(counting.reads() - before, 1);
+  EXPECT_EQ(std::memcmp(slab.data(), m_.data() + 12, 48), 0);
+  EXPECT_EQ(std::memcmp(v.data(), v_.data(), 40), 0);
+
+  // A flipped bit in v fails the batch naming v, not its neighbour.
+  auto data = PosixFileSystem()->ReadFileToString(DataPath(prefix_, 1, 2), 1 << 20);
+  ASSERT_TRUE(data.ok());
+  (*data)[48 + 3] ^= 0x01;
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(DataPath(prefix_, 1, 2), *data).ok());
+  auto damaged = BundleReader::Open(PosixFileSystem(), prefix_);
+  ASSERT_TRUE(damaged.ok());
+  auto again = PlanRestore(**damaged, wants, Placement{});
+  ASSERT_TRUE(again.ok());
+  const absl::Status read = ReadPlan(**damaged, *again, {slab.data(), v.data()}, 1);
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  EXPECT_NE(read.message().find("tensor 'v': checksum mismatch"), absl::string_view::npos) << read;
 }
 
 TEST_F(RestorePlanTest, TrainerStateIsReadOnlyForItsTrainer) {

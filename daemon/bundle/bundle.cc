@@ -663,11 +663,10 @@ absl::Status BundleReader::ReadEntries(uint64_t offset, uint64_t span, const std
 absl::Status BundleReader::CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
                                            const char* data) const {
   const std::string file_name = DataFile(entry.shard_id());
-  const char* dst = data;
   int64_t elements = 1;
   for (const auto& dim : entry.shape().dim()) elements *= dim.size();
   absl::StatusOr<uint32_t> actual =
-      EntryChecksum(entry.dtype(), elements, dst, static_cast<size_t>(entry.size()));
+      EntryChecksum(entry.dtype(), elements, data, static_cast<size_t>(entry.size()));
   if (!actual.ok()) {
     return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ",
                                             file_name, " at offset ", entry.offset()));

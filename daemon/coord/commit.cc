@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -511,17 +510,12 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
     meta.tensors.push_back(std::move(tensor));
 
     std::vector<std::pair<Box, tf::BundleEntryProto>> pieces;
-    const auto [first, last] =
-        std::equal_range(located.begin(), located.end(), t.name, [](const auto& a, const auto& b) {
-          auto name = [](const auto& x) -> absl::string_view {
-            if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) {
-              return x;
-            } else {
-              return x->name();
-            }
-          };
-          return name(a) < name(b);
-        });
+    const auto first = std::lower_bound(
+        located.begin(), located.end(), t.name,
+        [](const internal::WrittenEntry* e, const std::string& name) { return e->name() < name; });
+    const auto last = std::upper_bound(
+        first, located.end(), t.name,
+        [](const std::string& name, const internal::WrittenEntry* e) { return name < e->name(); });
     for (const PlannedBox& b : t.boxes) {
       const internal::WrittenEntry* where = nullptr;
       for (auto it = first; it != last; ++it) {

@@ -288,7 +288,7 @@ absl::Status ReadCache::Read(const std::string& path, const RandomAccessFile& fi
       continue;
     }
     size_t j = i;
-    while (j < blocks.size() && (direct ? blocks[j] == nullptr : blocks[j] != nullptr && mine[j])) ++j;
+    while (j < blocks.size() && (direct ? blocks[j] == nullptr : mine[j])) ++j;  // (mine: not null)
     if (direct) {
       const uint64_t from = std::max((first + i) * block_bytes, offset);
       const uint64_t to = std::min((first + j) * block_bytes, offset + n);

@@ -15,6 +15,12 @@
 namespace ckptd {
 namespace {
 
+// Whether ReadBox reads `piece` for `box`: it overlaps the box, or is the box (an
+// empty tensor's piece overlaps nothing, yet is read).
+bool PieceHolds(const SavedPiece& piece, const Box& box) {
+  return piece.box == box || Intersect(piece.box, box).has_value();
+}
+
 // The boxes `want` asks for, each checked against the stored shape.
 absl::StatusOr<std::vector<Box>> WantedBoxes(const TensorWant& want, const TensorInfo& info,
                                              const Placement& placement, const std::string& field) {
@@ -80,10 +86,7 @@ std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const Res
   std::vector<ReadCache::Range> ranges;
   for (const RestoreItem& item : plan.items) {
     for (const SavedPiece& piece : item.info.pieces) {
-      const bool wanted = absl::c_any_of(item.boxes, [&](const Box& box) {
-        return piece.box == box || Intersect(piece.box, box).has_value();
-      });
-      if (!wanted) continue;
+      if (!absl::c_any_of(item.boxes, [&](const Box& box) { return PieceHolds(piece, box); })) continue;
       ranges.push_back({.path = reader.DataFile(piece.entry.shard_id()),
                         .offset = static_cast<uint64_t>(piece.entry.offset()),
                         .size = static_cast<uint64_t>(piece.entry.size())});
@@ -105,7 +108,7 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
   for (const RestoreItem& item : plan.items) {
     for (const Box& box : item.boxes) {
       for (const SavedPiece& piece : item.info.pieces) {
-        if (Intersect(piece.box, box).has_value()) shards.insert(piece.entry.shard_id());
+        if (PieceHolds(piece, box)) shards.insert(piece.entry.shard_id());
       }
     }
   }
@@ -138,9 +141,8 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
     if (r.item->dtype != r.item->info.dtype) continue;
     // The piece ReadBox would read first: it reads this one alone, straight into place.
     for (const SavedPiece& piece : r.item->info.pieces) {
-      const bool same = piece.box == *r.box;
-      if (!same && !Intersect(piece.box, *r.box).has_value()) continue;
-      if (same && static_cast<uint64_t>(piece.entry.size()) <= kSmallEntry) {
+      if (!PieceHolds(piece, *r.box)) continue;
+      if (piece.box == *r.box && static_cast<uint64_t>(piece.entry.size()) <= kSmallEntry) {
         small.push_back({i, &piece});
         batched[i] = true;
       }

@@ -302,8 +302,8 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     p = nullptr;
   }
   client = connect();
-  // Big enough for the whole tensor (the data-parallel restore), which also holds
-  // this trainer's slab and a row half (the reshard).
+  // Big enough for the largest restore below: the whole tensor (the data-parallel
+  // restore) or, without it, a row half (the reshard), which also holds this trainer's slab.
   const int64_t target_bytes = (data_parallel ? m.rows : m.rows / 2) * m.cols * 4;
   for (int i = 0; i < kTensors; ++i) {
     // A trainer restores into memory it already uses: touched before timing.

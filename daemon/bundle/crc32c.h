@@ -1,5 +1,6 @@
 // CRC-32C (Castagnoli) as TensorFlow and LevelDB use it, including their "masked"
-// form stored in files. Uses SSE4.2 when the CPU has it. Pure; thread-safe.
+// form stored in files. Uses SSE4.2 when the CPU has it (three interleaved streams
+// over long inputs). Pure; thread-safe.
 #ifndef CKPTD_DAEMON_BUNDLE_CRC32C_H_
 #define CKPTD_DAEMON_BUNDLE_CRC32C_H_
 
@@ -11,6 +12,8 @@ namespace ckptd::crc32c {
 // CRC of data[0, n) continuing from `crc` (the CRC of the bytes before them).
 uint32_t Extend(uint32_t crc, const char* data, size_t n);
 inline uint32_t Value(const char* data, size_t n) { return Extend(0, data, n); }
+// The table-driven form Extend falls back to without SSE4.2; tests compare the two.
+uint32_t ExtendPortableForTesting(uint32_t crc, const char* data, size_t n);
 
 // A CRC stored next to the data it covers is masked, so that CRCs of data containing
 // embedded CRCs stay well distributed.

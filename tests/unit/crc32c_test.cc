@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 namespace ckptd::crc32c {
@@ -21,6 +22,29 @@ TEST(Crc32cTest, ExtendEqualsWhole) {
     EXPECT_EQ(Extend(Value(data.data(), cut), data.data() + cut, data.size() - cut),
               Value(data.data(), data.size()));
   }
+}
+
+// Long inputs take the three-stream path (blocks of 3 x 8 KiB, then 3 x 256 bytes),
+// whose partial CRCs are combined: it must agree with the byte-at-a-time table for
+// every length around those block sizes, from any start and any previous CRC.
+TEST(Crc32cTest, InterleavedStreamsAgreeWithTheTableAtEveryBlockBoundary) {
+  std::mt19937 random(7);
+  std::string data(3 * 8192 * 3 + 3 * 256 * 2 + 64, '\0');
+  for (char& c : data) c = static_cast<char>(random());
+  for (size_t block : {size_t{256}, size_t{8192}}) {
+    for (size_t base : {3 * block, 6 * block, 3 * block + 3 * 256}) {
+      for (size_t n = base - 9; n <= base + 9; ++n) {
+        for (size_t start : {size_t{0}, size_t{3}}) {
+          if (start + n > data.size()) continue;
+          const uint32_t previous = static_cast<uint32_t>(n * 2654435761u);
+          ASSERT_EQ(Extend(previous, data.data() + start, n),
+                    ExtendPortableForTesting(previous, data.data() + start, n))
+              << "length " << n << " from byte " << start;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(Value(data.data(), data.size()), ExtendPortableForTesting(0, data.data(), data.size()));
 }
 
 TEST(Crc32cTest, MaskRoundTripAndDiffers) {

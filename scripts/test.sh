@@ -9,7 +9,8 @@
 #   scripts/test.sh --fuzz [SECONDS]  # libFuzzer harnesses (clang) in build-fuzz/, each for SECONDS (default 30)
 #   scripts/test.sh --lint     # .clang-format on every tracked source, and clang's
 #                              # thread-safety analysis (as errors) in build-lint/
-# Extra arguments after "--" go to ctest.
+# Extra arguments after "--" go to ctest. CKPTD_CMAKE_ARGS adds CMake options to every
+# build but the lint one (.ci/run: unity builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ case "$MODE" in
     if [ "$MODE" = asan ]; then SAN="address,undefined"; else SAN="thread"; fi
     DIR="build-$MODE"
     # -O1, as the sanitizers' own docs advise: reports stay exact, the build is faster.
-    cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTD_SANITIZE="$SAN" \
+    cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTD_SANITIZE="$SAN" ${CKPTD_CMAKE_ARGS:-} \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" > "$DIR.cmake.log" 2>&1 \
       || { cat "$DIR.cmake.log"; exit 1; }
     cmake --build "$DIR" -j "$(nproc)"
@@ -71,7 +72,7 @@ case "$MODE" in
   fuzz)
     bash scripts/install-deps.sh
     DIR=build-fuzz
-    CC=clang CXX=clang++ cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTD_FUZZ=ON \
+    CC=clang CXX=clang++ cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTD_FUZZ=ON ${CKPTD_CMAKE_ARGS:-} \
       -DCKPTD_BUILD_TESTS=OFF -DCKPTD_WITH_CUDA=OFF > "$DIR.cmake.log" 2>&1 || { cat "$DIR.cmake.log"; exit 1; }
     cmake --build "$DIR" -j "$(nproc)" --target fuzz_layout fuzz_index fuzz_save_header
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"

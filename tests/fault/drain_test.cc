@@ -20,8 +20,8 @@
 namespace ckptd::testing {
 namespace {
 
-constexpr int kRanks = 2;
-constexpr char kRun[] = "drain";
+constexpr int kDrainRanks = 2;
+constexpr char kDrainRun[] = "drain";
 
 CoordinatorOptions Options(int every_n_steps = 0, int keep_last = 0) {
   return {.commit_timeout = absl::Seconds(20),
@@ -41,11 +41,11 @@ bool Eventually(const std::function<bool()>& done) {
 
 bool Drained(const std::string& drain_root, int64_t step) {
   const CheckpointStore drain(PosixFileSystem(), drain_root);
-  return Eventually([&] { return drain.IsCommitted(kRun, step); });
+  return Eventually([&] { return drain.IsCommitted(kDrainRun, step); });
 }
 
 bool SaveOk(InProcessJob& job, int64_t step) {
-  for (const absl::Status& s : job.Save(kRun, step)) {
+  for (const absl::Status& s : job.Save(kDrainRun, step)) {
     if (!s.ok()) return false;
   }
   return true;
@@ -56,7 +56,7 @@ std::vector<std::string> Leftovers(const std::string& drain_root) {
   std::vector<std::string> odd;
   const CheckpointStore drain(PosixFileSystem(), drain_root);
   for (const std::string& name :
-       PosixFileSystem()->ListDir(drain.RunDir(kRun)).value_or(std::vector<std::string>())) {
+       PosixFileSystem()->ListDir(drain.RunDir(kDrainRun)).value_or(std::vector<std::string>())) {
     if (name != "checkpoint" && name.rfind("step-", 0) != 0) odd.push_back(name);
   }
   return odd;
@@ -77,11 +77,11 @@ TEST(DrainTest, CommittedStepsReachTheDrainWholeWithItsOwnRetentionAndEveryN) {
   }
   std::vector<int64_t> visible;
   // Every drained step verifies and holds its exact values; TF's state file names them.
-  EXPECT_EQ(CheckVisibleState(drain_root.path(), kRun, kRanks, /*strict=*/true, &visible), "");
+  EXPECT_EQ(CheckVisibleState(drain_root.path(), kDrainRun, kDrainRanks, /*strict=*/true, &visible), "");
   EXPECT_EQ(visible, (std::vector<int64_t>{4, 6}));  // even steps only, the newest 2 kept
   EXPECT_EQ(Leftovers(drain_root.path()), std::vector<std::string>());
   // The checkpoint root is untouched by the drain's retention.
-  EXPECT_EQ(*CheckpointStore(PosixFileSystem(), root.path()).ListSteps(kRun),
+  EXPECT_EQ(*CheckpointStore(PosixFileSystem(), root.path()).ListSteps(kDrainRun),
             (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
 }
 
@@ -98,17 +98,19 @@ TEST(DrainTest, AnInterruptedDrainResumesIntoItsTempDirectoryKeepingFinishedFile
   // Turn the drained step back into what a crash mid-drain leaves: its temp directory
   // without rank 1's data file (a half-copied one in its place) and without the index.
   const CheckpointStore source(PosixFileSystem(), root.path());
-  const absl::StatusOr<std::string> id = CommitId(source, kRun, 1);
+  const absl::StatusOr<std::string> id = CommitId(source, kDrainRun, 1);
   ASSERT_TRUE(id.ok()) << id.status();
-  const std::string temp = DrainTempDir(drained, kRun, 1, *id);
+  const std::string temp = DrainTempDir(drained, kDrainRun, 1, *id);
   FileSystem* fs = PosixFileSystem();
-  ASSERT_TRUE(fs->Rename(drained.StepDir(kRun, 1), temp).ok());
+  ASSERT_TRUE(fs->Rename(drained.StepDir(kDrainRun, 1), temp).ok());
   const std::string prefix = CheckpointStore::Prefix(temp);
   ASSERT_TRUE(fs->DeleteFile(IndexPath(prefix)).ok());
-  ASSERT_TRUE(fs->Rename(DataPath(prefix, 1, kRanks), DataPath(prefix, 1, kRanks) + ".partial").ok());
-  const uint64_t index_bytes = *fs->FileSize(IndexPath(CheckpointStore::Prefix(source.StepDir(kRun, 1))));
+  ASSERT_TRUE(
+      fs->Rename(DataPath(prefix, 1, kDrainRanks), DataPath(prefix, 1, kDrainRanks) + ".partial").ok());
+  const uint64_t index_bytes =
+      *fs->FileSize(IndexPath(CheckpointStore::Prefix(source.StepDir(kDrainRun, 1))));
   const uint64_t data1_bytes =
-      *fs->FileSize(DataPath(CheckpointStore::Prefix(source.StepDir(kRun, 1)), 1, kRanks));
+      *fs->FileSize(DataPath(CheckpointStore::Prefix(source.StepDir(kDrainRun, 1)), 1, kDrainRanks));
   {
     // A restarted job drains the newest committed step the drain lacks.
     InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()}, Options(), &drain);
@@ -119,7 +121,7 @@ TEST(DrainTest, AnInterruptedDrainResumesIntoItsTempDirectoryKeepingFinishedFile
     EXPECT_EQ(job.drainer(1)->Poll().bytes, static_cast<int64_t>(data1_bytes));
   }
   std::vector<int64_t> visible;
-  EXPECT_EQ(CheckVisibleState(drain_root.path(), kRun, kRanks, /*strict=*/true, &visible), "");
+  EXPECT_EQ(CheckVisibleState(drain_root.path(), kDrainRun, kDrainRanks, /*strict=*/true, &visible), "");
   EXPECT_EQ(visible, (std::vector<int64_t>{1}));
   EXPECT_EQ(Leftovers(drain_root.path()), std::vector<std::string>());
 }
@@ -137,7 +139,7 @@ TEST(DrainFaultSuite, NothingPartialIsEverVisibleInTheDrainAndDrainingCarriesOn)
   // Crashes at every operation of the first drain, until one past its last.
   for (int nth = 1; nth <= 40; ++nth) specs.push_back({.op = FsOp::kAny, .nth = nth, .crash = true});
   int injected = 0;
-  for (int rank = 0; rank < kRanks; ++rank) {
+  for (int rank = 0; rank < kDrainRanks; ++rank) {
     for (const FaultSpec& spec : specs) {
       const std::string what =
           absl::StrCat("rank ", rank, ": ", spec.crash ? "crash at operation " : FsOpName(spec.op),
@@ -151,7 +153,7 @@ TEST(DrainFaultSuite, NothingPartialIsEverVisibleInTheDrainAndDrainingCarriesOn)
         InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()}, Options(), &drain);
         ASSERT_TRUE(SaveOk(job, 1)) << what;  // the commit does not depend on the drain
         const CheckpointStore drained(PosixFileSystem(), drain_root.path());
-        ASSERT_TRUE(Eventually([&] { return faulty.fired() || drained.IsCommitted(kRun, 1); })) << what;
+        ASSERT_TRUE(Eventually([&] { return faulty.fired() || drained.IsCommitted(kDrainRun, 1); })) << what;
         if (!faulty.fired()) {
           ASSERT_TRUE(spec.crash) << what << ": the fault never fired";
           break;  // past the drain's last operation: every crash point is covered
@@ -168,14 +170,17 @@ TEST(DrainFaultSuite, NothingPartialIsEverVisibleInTheDrainAndDrainingCarriesOn)
         faulty.SimulateCrash();
         // Visible is nothing, or (a crash after the publish's rename was durable) the
         // whole step, its state file maybe not yet rewritten.
-        ASSERT_EQ(CheckVisibleState(drain_root.path(), kRun, kRanks, /*strict=*/false, &visible), "") << what;
+        ASSERT_EQ(CheckVisibleState(drain_root.path(), kDrainRun, kDrainRanks, /*strict=*/false, &visible),
+                  "")
+            << what;
         // Restarted daemons resume the drain of step 1.
         const InProcessDrain clean{.root = drain_root.path(),
                                    .fs_per_rank = {PosixFileSystem(), PosixFileSystem()}};
         InProcessJob job(root.path(), {PosixFileSystem(), PosixFileSystem()}, Options(), &clean);
         ASSERT_TRUE(Drained(drain_root.path(), 1)) << what;
       }
-      ASSERT_EQ(CheckVisibleState(drain_root.path(), kRun, kRanks, /*strict=*/true, &visible), "") << what;
+      ASSERT_EQ(CheckVisibleState(drain_root.path(), kDrainRun, kDrainRanks, /*strict=*/true, &visible), "")
+          << what;
       EXPECT_EQ(visible, std::vector<int64_t>{spec.crash ? 1 : 2}) << what;
       EXPECT_EQ(Leftovers(drain_root.path()), std::vector<std::string>()) << what;
     }

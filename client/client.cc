@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
+#include "restore_stream.h"
 
 namespace ckptd {
 namespace {
@@ -441,29 +442,47 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(options.timeout));
-  std::unique_ptr<grpc::ClientReader<v1::RestoreResponse>> reader(stub_->Restore(&ctx, request));
-  v1::RestoreResponse message;
+  // The replies are read as raw bytes (what the generated stub does, less protobuf's
+  // parse): each chunk's data goes from gRPC's slices straight into the targets.
+  const grpc::internal::RpcMethod method(internal::kRestoreMethod,
+                                         grpc::internal::RpcMethod::SERVER_STREAMING, channel_);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, request));
+  grpc::ByteBuffer bytes;
+  std::vector<grpc::Slice> slices;
+  internal::RawRestoreResponse message;
   v1::RestoreHeader header;
   std::vector<size_t> received(targets.size(), 0);
   absl::Status problem;
-  while (reader->Read(&message)) {
-    if (message.has_header()) {
-      header = message.header();
+  while (reader->Read(&bytes)) {
+    if (!problem.ok()) continue;
+    slices.clear();
+    problem = bytes.Dump(&slices).ok() ? internal::ParseRestoreResponse(slices, &message)
+                                       : absl::InternalError("cannot read a RestoreResponse's bytes");
+    if (!problem.ok()) {
+      ctx.TryCancel();
       continue;
     }
-    const v1::RestoreChunk& chunk = message.chunk();
-    const size_t index = static_cast<size_t>(chunk.tensor_index());
-    if (!problem.ok()) continue;
-    if (index >= targets.size() || chunk.offset() < 0 ||
-        static_cast<size_t>(chunk.offset()) + chunk.data().size() > capacity[index]) {
+    if (message.has_header) {
+      header = std::move(message.header);
+      continue;
+    }
+    if (!message.has_chunk) continue;
+    const size_t index = static_cast<size_t>(message.tensor_index);
+    if (message.tensor_index < 0 || index >= targets.size() || message.offset < 0 ||
+        static_cast<size_t>(message.offset) + message.data_size > capacity[index]) {
       problem = absl::InvalidArgumentError(
           absl::StrCat("tensor '", index < targets.size() ? targets[index].name : "?",
                        "': the daemon sent more bytes than the target buffers hold"));
       ctx.TryCancel();
       continue;
     }
-    Scatter(pieces[index], static_cast<size_t>(chunk.offset()), chunk.data().data(), chunk.data().size());
-    received[index] += chunk.data().size();
+    size_t at = static_cast<size_t>(message.offset);
+    for (const auto& [data, n] : message.data) {
+      Scatter(pieces[index], at, data, n);
+      at += n;
+    }
+    received[index] += message.data_size;
   }
   grpc::Status status = reader->Finish();
   if (!problem.ok()) return problem;

@@ -16,6 +16,9 @@
 #              reads a step of its own, and the bytes the daemons read from storage for
 #              it are reported beside the bytes delivered (read amplification)
 #   memory     the same save and restores with memory_steps 5: restores from daemon memory
+#   grpc       one trainer's Save and Restore over the gRPC stream (restores from daemon
+#              memory) against plain gRPC moving the same bytes (at most 1 GiB) over a
+#              unix socket to and from a do-nothing service in its own process (medians of 5)
 #   metadata   1,000 / 10,000 / 100,000 tensors of 1 KiB: save, commit, restore (each the
 #              median of 3 rounds)
 #   repeat     --repeat N runs the ckptd measurements N times (fresh daemons and root
@@ -143,6 +146,20 @@ MEMORY=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "
 stop_daemons
 rm -rf "$WORK/root-memory"
 
+# The gRPC stream against plain gRPC (a do-nothing service in a process of its own, on
+# a unix socket, 4 MiB messages): one trainer, one daemon keeping 2 steps in memory so
+# that restores read memory, not the disk. At most 1 GiB: a ratio of throughputs, and
+# the trainer, the baseline server and the daemon each hold the bytes.
+GRPC_BYTES=$(( BYTES < 1073741824 ? BYTES : 1073741824 ))
+echo "== gRPC stream vs plain gRPC: 1 daemon with memory_steps 2, 1 trainer, $GRPC_BYTES bytes" >&2
+"${MPIRUN[@]}" -np 1 "$BIN/ckptd" --root "$WORK/root-grpc" --socket "$SOCK" --commit-timeout 600s \
+  --memory-steps 2 > "$WORK/daemons-grpc.log" 2>&1 &
+MPIRUN_PID=$!
+GRPC=$("$BIN/ckptd-bench" grpc --socket "$SOCK" --dir "$WORK" --bytes "$GRPC_BYTES" --rounds 5) || {
+  cat "$WORK/daemons-grpc.log" >&2; exit 1; }
+stop_daemons
+rm -rf "$WORK/root-grpc"
+
 PEER="{}"
 if [ "$PEERS" = 1 ]; then
   bash scripts/install-deps.sh --peers > /dev/null
@@ -221,13 +238,14 @@ if [ "$HOSTS" != 0 ]; then
   MULTI="${MULTI%,}}"
 fi
 
-/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" "$PEER" <<'EOF'
+/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" "$PEER" "$GRPC" <<'EOF'
 import json, sys
 base, ckptd, meta = (json.loads(a) for a in sys.argv[1:4])
 tool, out_path = sys.argv[4], sys.argv[5]
 multi, hosts = json.loads(sys.argv[6]), int(sys.argv[7])
 memory = json.loads(sys.argv[8])
 peers = json.loads(sys.argv[9])
+grpc = json.loads(sys.argv[10])
 r = dict(base, **ckptd)
 gb = r["bytes"] / 1e9
 r["memcpy_s"] = gb / r["memcpy_gbps"]
@@ -266,6 +284,15 @@ r["memory_tier_restore_gbps"] = memory["restore_gbps"]
 r["memory_tier_restore_vs_memcpy"] = memory["restore_gbps"] / r["memcpy_gbps"]
 row("restore from memory (memory_steps)", memory["restore_gbps"], "GB/s", "memcpy", r["memory_tier_restore_vs_memcpy"])
 row("  the same restore from disk", r["restore_gbps"], "GB/s", "memory tier", r["restore_gbps"] / memory["restore_gbps"])
+r["grpc"] = grpc
+r["stream_save_vs_plain_grpc"] = grpc["stream_save_vs_plain_grpc"]
+r["stream_restore_vs_plain_grpc"] = grpc["stream_restore_vs_plain_grpc"]
+row("plain gRPC send (unix socket)", grpc["plain_grpc_send_gbps"], "GB/s", f"{grpc['bytes'] / 1e9:.2f} GB, 1 stream")
+row("plain gRPC receive", grpc["plain_grpc_receive_gbps"], "GB/s", "")
+row("Save over the gRPC stream", grpc["stream_save_gbps"], "GB/s", "plain gRPC send",
+    grpc["stream_save_vs_plain_grpc"], ">= 0.8x")
+row("Restore over the stream (memory)", grpc["stream_restore_gbps"], "GB/s", "plain gRPC receive",
+    grpc["stream_restore_vs_plain_grpc"], ">= 0.8x")
 for m in meta:
     row(f"{m['tensors']:,} x 1 KiB: save+commit+restore", m["total_s"], "s",
         f"save {m['save_s']:.2f} commit {m['commit_s']:.2f} restore {m['restore_s']:.2f}")

@@ -507,9 +507,12 @@ absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
       out.destinations.push_back(out.device_buffers[i].data());
     } else if (mapped != nullptr) {
       out.destinations.push_back(mapped->data() + plan.items[i].shared_memory_offset);
-    } else {
-      out.streamed[i].resize(static_cast<size_t>(plan.items[i].bytes));
+    } else if (plan.items[i].bytes > 0) {
+      ASSIGN_OR_RETURN(out.streamed[i], staging_->Allocate(plan.items[i].bytes, deadline));
       out.destinations.push_back(out.streamed[i].data());
+    } else {
+      static char nothing;  // an empty box: zero bytes read to a valid address
+      out.destinations.push_back(&nothing);
     }
   }
   return out;
@@ -537,18 +540,21 @@ v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const 
   return header;
 }
 
-absl::Status CkptdService::SendChunks(std::vector<std::string>& buffers,
+absl::Status CkptdService::SendChunks(std::vector<StagedBuffer>& buffers,
                                       grpc::ServerWriter<v1::RestoreResponse>* writer) {
+  // One message for every chunk: its data string keeps its capacity from one chunk to
+  // the next, so the stream allocates nothing per chunk.
+  v1::RestoreResponse message;
+  v1::RestoreChunk* chunk = message.mutable_chunk();
   for (size_t i = 0; i < buffers.size(); ++i) {
-    for (size_t off = 0; off < buffers[i].size(); off += wire::kRestoreChunkBytes) {
-      v1::RestoreResponse message;
-      v1::RestoreChunk* chunk = message.mutable_chunk();
+    const size_t size = static_cast<size_t>(buffers[i].size());
+    for (size_t off = 0; off < size; off += wire::kRestoreChunkBytes) {
       chunk->set_tensor_index(static_cast<int>(i));
       chunk->set_offset(static_cast<int64_t>(off));
-      chunk->set_data(buffers[i].substr(off, wire::kRestoreChunkBytes));
+      chunk->mutable_data()->assign(buffers[i].data() + off, std::min(size - off, wire::kRestoreChunkBytes));
       if (!writer->Write(message)) return absl::CancelledError("client went away");
     }
-    std::string().swap(buffers[i]);  // memory back as soon as it is sent
+    buffers[i] = StagedBuffer();  // memory back as soon as it is sent
   }
   return absl::OkStatus();
 }

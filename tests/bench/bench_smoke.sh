@@ -46,6 +46,7 @@ if sys.argv[2] != "0":
 keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "save_gbps", "restore_gbps",
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",
         "reshard_restore_vs_raw_read", "grpc_save_vs_shm_save", "first_touch_memcpy_gbps",
+        "stream_save_vs_plain_grpc", "stream_restore_vs_plain_grpc",
         "first_stall_vs_first_touch"]
 bad = [k for k in keys if not isinstance(r.get(k), (int, float)) or r[k] <= 0]
 if bad:

@@ -11,10 +11,19 @@
 //            --restore-only skips the saves and restores the step an earlier run saved.
 //   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
 //            tensors of 1 KiB each.
+//   grpc     --socket T --dir D --bytes B   one trainer: B bytes each way through a plain
+//            gRPC service on a unix socket in D (the baseline: buffer to buffer in 4 MiB
+//            messages, nothing else done with them), then ckptd's Save and Restore of
+//            the same bytes over the gRPC stream and over shared memory. Against daemons
+//            with memory_steps, the restores read from daemon memory, not the disk.
 //
 // Prints one JSON object (from rank 0). Not a test: numbers vary with the machine.
 #include <fcntl.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -33,7 +42,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/plain_transport.grpc.pb.h"
 #include "ckptd/client.h"
+#include "grpcpp/grpcpp.h"
 
 namespace {
 
@@ -396,25 +407,259 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
   return out;
 }
 
+// --- the gRPC stream against plain gRPC -------------------------------------------------
+
+// Bytes arriving at either end of the plain service land in a reused buffer of this
+// size (a ring), as a receiver that keeps them would copy them somewhere.
+constexpr size_t kRingBytes = size_t{64} << 20;
+constexpr size_t kChunkBytes = size_t{4} << 20;  // ckptd's save chunk (wire::kSaveChunkBytes)
+
+// Copies `n` received bytes that arrived `offset` bytes into a stream into the ring.
+void IntoRing(char* ring, int64_t offset, const std::string& data) {
+  size_t at = static_cast<size_t>(offset) % kRingBytes, done = 0;
+  while (done < data.size()) {
+    const size_t n = std::min(data.size() - done, kRingBytes - at);
+    std::memcpy(ring + at, data.data() + done, n);
+    done += n;
+    at = 0;
+  }
+}
+
+class PlainTransportService final : public ckptd::bench::PlainTransport::Service {
+ public:
+  explicit PlainTransportService(const char* source) : source_(source), ring_(AlignedAlloc(kRingBytes)) {}
+  ~PlainTransportService() override { std::free(ring_); }
+
+  grpc::Status Sink(grpc::ServerContext*, grpc::ServerReader<ckptd::bench::Chunk>* reader,
+                    ckptd::bench::Received* response) override {
+    ckptd::bench::Chunk chunk;
+    int64_t received = 0;
+    while (reader->Read(&chunk)) {
+      IntoRing(ring_, received, chunk.data());
+      received += static_cast<int64_t>(chunk.data().size());
+    }
+    response->set_bytes(received);
+    return grpc::Status::OK;
+  }
+  grpc::Status Source(grpc::ServerContext*, const ckptd::bench::SourceRequest* request,
+                      grpc::ServerWriter<ckptd::bench::Chunk>* writer) override {
+    ckptd::bench::Chunk chunk;
+    for (int64_t off = 0; off < request->bytes(); off += request->chunk_bytes()) {
+      const int64_t n = std::min(request->chunk_bytes(), request->bytes() - off);
+      chunk.mutable_data()->assign(source_ + off, static_cast<size_t>(n));
+      if (!writer->Write(chunk)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const char* source_;  // at least the bytes any Source asks for
+  char* ring_;
+};
+
+constexpr int kPlainMessageLimit = 64 << 20;
+
+// `ckptd-bench plain-grpc-server SOCKET BYTES`: serves the baseline until SIGTERM, with
+// BYTES of pre-faulted memory to send from. Runs before (and without) MPI_Init.
+int ServePlainGrpc(const std::string& socket, int64_t bytes) {
+  char* source = AlignedAlloc(static_cast<size_t>(bytes));
+  ::unlink(socket.c_str());
+  PlainTransportService service(source);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(kPlainMessageLimit);
+  builder.SetMaxSendMessageSize(kPlainMessageLimit);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::cerr << "ckptd-bench: cannot serve plain gRPC on " << socket << std::endl;
+    return 2;
+  }
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  int signal = 0;
+  sigwait(&stop, &signal);  // SIGTERM is blocked in every thread (see main)
+  server->Shutdown();
+  std::free(source);
+  return 0;
+}
+
+pid_t SpawnPlainServer(const std::string& socket, int64_t bytes) {
+  const std::string bytes_text = std::to_string(bytes);
+  std::vector<char*> argv = {const_cast<char*>("ckptd-bench"), const_cast<char*>("plain-grpc-server"),
+                             const_cast<char*>(socket.c_str()), const_cast<char*>(bytes_text.c_str()),
+                             nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+    Fail("cannot start the plain gRPC server");
+  }
+  return pid;
+}
+
+json Grpc(const std::string& socket_template, const std::string& dir, int64_t bytes, int rounds) {
+  // One trainer's model: 8 float32 tensors of B/8 bytes each.
+  const int64_t cols = 1024;
+  const int64_t rows = std::max<int64_t>(1, bytes / kTensors / (cols * 4));
+  const int64_t tensor_bytes = rows * cols * 4;
+  const int64_t total = tensor_bytes * kTensors;
+  char* source = AlignedAlloc(static_cast<size_t>(total));
+  char* target = AlignedAlloc(static_cast<size_t>(total));
+  const double gb = static_cast<double>(total) / 1e9;
+
+  // The baseline: a plain service in a process of its own (as the daemon is), on a
+  // unix socket, with the message limits ckptd's daemon and client use.
+  const std::string plain_socket = absl::StrCat(dir, "/plain-grpc.sock");
+  const pid_t server = SpawnPlainServer(plain_socket, total);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kPlainMessageLimit);
+  args.SetMaxSendMessageSize(kPlainMessageLimit);
+  auto channel = grpc::CreateCustomChannel("unix:" + plain_socket, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(60)))) {
+    ::kill(server, SIGKILL);
+    Fail("the plain gRPC server did not come up on " + plain_socket);
+  }
+  auto stub = ckptd::bench::PlainTransport::NewStub(channel);
+  auto plain_send = [&] {
+    const absl::Time start = absl::Now();
+    grpc::ClientContext ctx;
+    ckptd::bench::Received received;
+    auto writer = stub->Sink(&ctx, &received);
+    ckptd::bench::Chunk chunk;
+    for (int64_t off = 0; off < total; off += static_cast<int64_t>(kChunkBytes)) {
+      chunk.mutable_data()->assign(source + off,
+                                   std::min<size_t>(kChunkBytes, static_cast<size_t>(total - off)));
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    if (!status.ok() || received.bytes() != total) Fail("plain gRPC send: " + status.error_message());
+    return Seconds(start);
+  };
+  auto plain_receive = [&] {
+    const absl::Time start = absl::Now();
+    grpc::ClientContext ctx;
+    ckptd::bench::SourceRequest request;
+    request.set_bytes(total);
+    request.set_chunk_bytes(static_cast<int64_t>(kChunkBytes));
+    auto reader = stub->Source(&ctx, request);
+    ckptd::bench::Chunk chunk;
+    int64_t received = 0;
+    while (reader->Read(&chunk)) {
+      std::memcpy(target + received, chunk.data().data(), chunk.data().size());
+      received += static_cast<int64_t>(chunk.data().size());
+    }
+    grpc::Status status = reader->Finish();
+    if (!status.ok() || received != total) Fail("plain gRPC receive: " + status.error_message());
+    return Seconds(start);
+  };
+
+  auto client =
+      ckptd::Client::Connect(absl::StrReplaceAll(socket_template, {{"{rank}", "0"}}), absl::Seconds(60));
+  if (!client.ok()) Fail(std::string(client.status().message()));
+  auto status = (*client)->Status();
+  if (!status.ok()) Fail(std::string(status.status().message()));
+  const bool from_memory = status->memory_steps_limit() > 0;
+  std::vector<ckptd::TensorShard> shards;
+  std::vector<ckptd::RestoreTarget> targets;
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string name = absl::StrCat("layer", i, "/kernel");
+    shards.push_back({name,
+                      ckptd::kDtFloat,
+                      {rows, cols},
+                      {},
+                      {},
+                      source + i * tensor_bytes,
+                      static_cast<size_t>(tensor_bytes)});
+    targets.push_back({.name = name,
+                       .dtype = 0,
+                       .data = target + i * tensor_bytes,
+                       .size = static_cast<size_t>(tensor_bytes)});
+  }
+  int64_t step = 0;
+  auto save = [&](ckptd::Transport transport) {
+    ckptd::SaveOptions options;
+    options.transport = transport;
+    source[0] = static_cast<char>(++step);  // each step's bytes differ
+    const absl::Time start = absl::Now();
+    auto saved = (*client)->Save("grpc", step, 0, 1, shards, options);
+    const double seconds = Seconds(start);
+    if (!saved.ok()) Fail(std::string(saved.status().message()));
+    if (absl::Status w = (*client)->Wait("grpc", step); !w.ok()) Fail(std::string(w.message()));
+    return seconds;
+  };
+  auto restore = [&](ckptd::Transport transport) {
+    ckptd::RestoreOptions options;
+    options.transport = transport;
+    const absl::Time start = absl::Now();
+    auto restored = (*client)->Restore("grpc", step, targets, options);
+    const double seconds = Seconds(start);
+    if (!restored.ok()) Fail(std::string(restored.status().message()));
+    if (std::memcmp(source, target, static_cast<size_t>(total)) != 0)
+      Fail("restored bytes differ from saved");
+    return seconds;
+  };
+  // A first round of each warms what a process pays once (segments, pools, channels).
+  plain_send();
+  plain_receive();
+  save(ckptd::Transport::kStream);
+  restore(ckptd::Transport::kStream);
+  save(ckptd::Transport::kSharedMemory);
+  restore(ckptd::Transport::kSharedMemory);
+  std::vector<double> send_s, receive_s, stream_save_s, stream_restore_s, shm_save_s, shm_restore_s;
+  for (int round = 0; round < rounds; ++round) {
+    send_s.push_back(plain_send());
+    receive_s.push_back(plain_receive());
+    stream_save_s.push_back(save(ckptd::Transport::kStream));
+    stream_restore_s.push_back(restore(ckptd::Transport::kStream));
+    shm_save_s.push_back(save(ckptd::Transport::kSharedMemory));
+    shm_restore_s.push_back(restore(ckptd::Transport::kSharedMemory));
+  }
+  ::kill(server, SIGTERM);
+  ::waitpid(server, nullptr, 0);
+  std::free(source);
+  std::free(target);
+  auto gbps = [&](const std::vector<double>& seconds) { return gb / Median(seconds); };
+  return {{"bytes", total},
+          {"rounds", rounds},
+          {"restores_from_memory", from_memory},
+          {"plain_grpc_send_gbps", gbps(send_s)},
+          {"plain_grpc_receive_gbps", gbps(receive_s)},
+          {"stream_save_gbps", gbps(stream_save_s)},
+          {"stream_restore_gbps", gbps(stream_restore_s)},
+          {"shm_save_gbps", gbps(shm_save_s)},
+          {"shm_restore_gbps", gbps(shm_restore_s)},
+          {"stream_save_vs_plain_grpc", gbps(stream_save_s) / gbps(send_s)},
+          {"stream_restore_vs_plain_grpc", gbps(stream_restore_s) / gbps(receive_s)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "plain-grpc-server") {
+    // The grpc mode's baseline server, a child of that mode: no MPI, no CLI.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before gRPC starts its threads
+    return ServePlainGrpc(argv[2], std::stoll(argv[3]));
+  }
   MPI_Init(&argc, &argv);
   CLI::App app{"ckptd-bench: baselines and ckptd measurements for scripts/bench.sh"};
   std::string mode, dir, socket, net_interface, counts_text = "1000,10000,100000";
   int64_t bytes = int64_t{2} << 30;
   int files = 2, daemons = 2;
-  app.add_option("MODE", mode, "raw, save or metadata")
+  app.add_option("MODE", mode, "raw, save, metadata or grpc")
       ->required()
-      ->check(CLI::IsMember({"raw", "save", "metadata"}));
-  app.add_option("--dir", dir, "raw: directory for the baseline files");
+      ->check(CLI::IsMember({"raw", "save", "metadata", "grpc"}));
+  app.add_option("--dir", dir, "raw: directory for the baseline files; grpc: for the plain service's socket");
   app.add_option("--bytes", bytes, "bytes in all");
   app.add_option("--files", files, "raw: concurrent files");
   app.add_option("--socket", socket, "daemon socket template, {rank} = daemon rank");
   app.add_option("--daemons", daemons, "save: daemons in the job (trainers spread evenly)");
   app.add_option("--counts", counts_text, "metadata: tensor counts");
   int rounds = 3;
-  app.add_option("--rounds", rounds, "metadata: runs of each count (the median is reported)")
+  app.add_option("--rounds", rounds, "metadata, grpc: runs of each figure (the median is reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--net-interface", net_interface, "save: also count each host's bytes on this interface");
   bool restore_only = false;
@@ -436,6 +681,8 @@ int main(int argc, char** argv) {
     out = Raw(dir, bytes, files);
   } else if (mode == "save") {
     out = Save(socket, bytes, daemons, net_interface, restore_only, !no_data_parallel);
+  } else if (mode == "grpc") {
+    out = Grpc(socket, dir, bytes, rounds);
   } else {
     std::vector<int64_t> counts;
     for (absl::string_view c : absl::StrSplit(counts_text, ',')) counts.push_back(std::stoll(std::string(c)));

@@ -1,0 +1,102 @@
+#include "client/restore_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ckptd::internal {
+namespace {
+
+// Cuts `bytes` into slices at `cuts` (ascending offsets), as gRPC may hand them over.
+std::vector<grpc::Slice> SlicesOf(const std::string& bytes, std::vector<size_t> cuts) {
+  std::vector<grpc::Slice> slices;
+  size_t from = 0;
+  cuts.push_back(bytes.size());
+  for (size_t cut : cuts) {
+    slices.emplace_back(bytes.data() + from, cut - from);  // copies: the slices own their bytes
+    from = cut;
+  }
+  return slices;
+}
+
+std::string Joined(const RawRestoreResponse& parsed) {
+  std::string out;
+  for (const auto& [p, n] : parsed.data) out.append(p, n);
+  return out;
+}
+
+TEST(RestoreStreamTest, AChunkParsesTheSameFromAnySlicing) {
+  v1::RestoreResponse message;
+  v1::RestoreChunk* chunk = message.mutable_chunk();
+  chunk->set_tensor_index(3);
+  chunk->set_offset(int64_t{5} << 32);
+  std::string data(70000, '\0');
+  std::mt19937 random(1);
+  for (char& c : data) c = static_cast<char>(random());
+  chunk->set_data(data);
+  const std::string bytes = message.SerializeAsString();
+  // Every cut in the first 16 bytes (inside tags, varints and the length), and a
+  // few inside the data.
+  for (size_t cut = 0; cut <= 16; ++cut) {
+    for (size_t second : {size_t{17}, size_t{4096}, bytes.size() - 1}) {
+      const std::vector<grpc::Slice> slices = SlicesOf(bytes, {cut, second});  // the data points into them
+      RawRestoreResponse parsed;
+      ASSERT_TRUE(ParseRestoreResponse(slices, &parsed).ok()) << cut;
+      EXPECT_TRUE(parsed.has_chunk);
+      EXPECT_FALSE(parsed.has_header);
+      EXPECT_EQ(parsed.tensor_index, 3);
+      EXPECT_EQ(parsed.offset, int64_t{5} << 32);
+      EXPECT_EQ(parsed.data_size, data.size());
+      EXPECT_TRUE(Joined(parsed) == data) << "cut at " << cut << " and " << second;
+    }
+  }
+}
+
+TEST(RestoreStreamTest, AHeaderParsesAsProtobufDoesAndUnknownFieldsAreSkipped) {
+  v1::RestoreResponse message;
+  v1::RestoreHeader* header = message.mutable_header();
+  header->set_step(42);
+  header->set_note("fell back");
+  header->add_shared_memory_offsets(-1);
+  header->set_storage_bytes_read(1 << 20);
+  std::string bytes = message.SerializeAsString();
+  bytes += std::string("\x78\x05", 2);  // field 15, varint 5: from a newer daemon
+  RawRestoreResponse parsed;
+  ASSERT_TRUE(ParseRestoreResponse(SlicesOf(bytes, {1, 2, 3}), &parsed).ok());
+  EXPECT_TRUE(parsed.has_header);
+  EXPECT_FALSE(parsed.has_chunk);
+  EXPECT_EQ(parsed.header.SerializeAsString(), header->SerializeAsString());
+}
+
+TEST(RestoreStreamTest, DefaultsOmittedOnTheWireReadAsZero) {
+  v1::RestoreResponse message;
+  message.mutable_chunk()->set_data("abc");  // tensor_index 0 and offset 0 are not sent
+  const std::vector<grpc::Slice> slices = SlicesOf(message.SerializeAsString(), {});
+  RawRestoreResponse parsed;
+  ASSERT_TRUE(ParseRestoreResponse(slices, &parsed).ok());
+  EXPECT_EQ(parsed.tensor_index, 0);
+  EXPECT_EQ(parsed.offset, 0);
+  EXPECT_EQ(Joined(parsed), "abc");
+}
+
+TEST(RestoreStreamTest, TruncatedOrMalformedBytesAreInvalidArgument) {
+  v1::RestoreResponse message;
+  message.mutable_chunk()->set_tensor_index(1);
+  message.mutable_chunk()->set_data(std::string(1000, 'x'));
+  const std::string bytes = message.SerializeAsString();
+  for (size_t keep : {size_t{1}, size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
+    RawRestoreResponse parsed;
+    EXPECT_EQ(ParseRestoreResponse(SlicesOf(bytes.substr(0, keep), {}), &parsed).code(),
+              absl::StatusCode::kInvalidArgument)
+        << "kept " << keep << " of " << bytes.size() << " bytes";
+  }
+  RawRestoreResponse parsed;
+  const std::string group_tag("\x0b", 1);  // field 1, wire type 3: no groups in proto3
+  EXPECT_EQ(ParseRestoreResponse(SlicesOf(group_tag, {}), &parsed).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ckptd::internal

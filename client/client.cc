@@ -467,6 +467,11 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
       header = std::move(message.header);
       continue;
     }
+    if (message.has_trailer) {  // the counters of a restore streamed while it was read
+      header.set_storage_bytes_read(message.trailer.storage_bytes_read());
+      header.set_peer_bytes_received(message.trailer.peer_bytes_received());
+      continue;
+    }
     if (!message.has_chunk) continue;
     const size_t index = static_cast<size_t>(message.tensor_index);
     if (message.tensor_index < 0 || index >= targets.size() || message.offset < 0 ||

@@ -116,22 +116,23 @@ absl::Status ParseRestoreResponse(const std::vector<grpc::Slice>& slices, RawRes
     uint64_t tag = 0, length = 0;
     if (!cursor.ReadVarint(&tag)) return Malformed("field tag");
     const uint64_t field = tag >> 3, wire_type = tag & 7;
-    if ((field == 1 || field == 2) && wire_type == kDelimited) {
+    if (field >= 1 && field <= 3 && wire_type == kDelimited) {
       if (!cursor.ReadVarint(&length)) return Malformed("length");
       // The payload is a oneof: the last member parsed wins.
-      if (field == 1) {
-        std::string bytes;
-        if (!cursor.Take(length, [&bytes](const char* p, size_t n) { bytes.append(p, n); })) {
-          return Malformed("header");
-        }
-        out->has_chunk = false;
-        out->has_header = true;
-        if (!out->header.MergeFromString(bytes)) return Malformed("header");
-      } else {
-        out->has_header = false;
-        out->has_chunk = true;
+      out->has_header = field == 1;
+      out->has_chunk = field == 2;
+      out->has_trailer = field == 3;
+      if (field == 2) {
         if (absl::Status s = ParseChunk(cursor, length, out); !s.ok()) return s;
+        continue;
       }
+      std::string bytes;  // a header or trailer: small, parsed by protobuf
+      if (!cursor.Take(length, [&bytes](const char* p, size_t n) { bytes.append(p, n); })) {
+        return Malformed(field == 1 ? "header" : "trailer");
+      }
+      const bool parsed =
+          field == 1 ? out->header.MergeFromString(bytes) : out->trailer.MergeFromString(bytes);
+      if (!parsed) return Malformed(field == 1 ? "header" : "trailer");
     } else if (!cursor.SkipField(wire_type)) {
       return Malformed("field");
     }

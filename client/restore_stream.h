@@ -26,6 +26,8 @@ inline constexpr char kRestoreMethod[] = "/ckptd.v1.Ckptd/Restore";
 struct RawRestoreResponse {
   bool has_header = false;
   v1::RestoreHeader header{};
+  bool has_trailer = false;
+  v1::RestoreTrailer trailer{};
   bool has_chunk = false;
   int64_t tensor_index = 0;
   int64_t offset = 0;

@@ -7,6 +7,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
@@ -97,15 +98,21 @@ std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const Res
 
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                       int threads) {
-  if (outputs.size() != plan.items.size()) {
-    return absl::InternalError(
-        absl::StrCat("ReadPlan: ", outputs.size(), " outputs for ", plan.items.size(), " items"));
+  return ReadPlanItems(reader, plan, outputs, threads, 0, plan.items.size());
+}
+
+absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
+                           int threads, size_t begin, size_t end) {
+  if (outputs.size() != plan.items.size() || begin > end || end > plan.items.size()) {
+    return absl::InternalError(absl::StrCat("ReadPlanItems: ", outputs.size(), " outputs for ",
+                                            plan.items.size(), " items, range [", begin, ", ", end, ")"));
   }
-  // Every data file the plan reads is opened first: the files stay readable whatever
+  const auto items = absl::MakeConstSpan(plan.items).subspan(begin, end - begin);
+  // Every data file these items read is opened first: the files stay readable whatever
   // happens to the directory meanwhile (retention), and a missing one fails before any
   // read. Only those: on local disks the other hosts' files are not here.
   std::set<int> shards;
-  for (const RestoreItem& item : plan.items) {
+  for (const RestoreItem& item : items) {
     for (const Box& box : item.boxes) {
       for (const SavedPiece& piece : item.info.pieces) {
         if (PieceHolds(piece, box)) shards.insert(piece.entry.shard_id());
@@ -119,7 +126,7 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
     char* out;
   };
   std::vector<Read> reads;
-  for (size_t i = 0; i < plan.items.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     char* out = outputs[i];
     for (const Box& box : plan.items[i].boxes) {
       reads.push_back({.item = &plan.items[i], .box = &box, .out = out});

@@ -54,15 +54,19 @@ struct RestorePlan {
 absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<TensorWant>& wants,
                                         const Placement& placement);
 
-// Reads item i into outputs[i] (items[i].bytes bytes), verifying every checksum read
-// and converting dtypes. Boxes are spread over `threads` threads. The first error, if
-// any (DATA_LOSS naming tensor, slice and file for a bad checksum).
 // The stored bytes ReadPlan will read for `plan`: every saved piece that overlaps a
 // requested box, whole (pieces are read whole and checksummed).
 std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const RestorePlan& plan);
 
+// Reads item i into outputs[i] (items[i].bytes bytes), verifying every checksum read
+// and converting dtypes. Boxes are spread over `threads` threads. The first error, if
+// any (DATA_LOSS naming tensor, slice and file for a bad checksum).
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                       int threads);
+// The same for items [begin, end) only (outputs still has one entry per item), so a
+// caller can send some items while it reads the next ones. One call at a time per reader.
+absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
+                           int threads, size_t begin, size_t end);
 
 // The opaque state trainer `trainer_id` saved (see TrainerStateName), by key.
 absl::StatusOr<std::map<std::string, std::string>> ReadTrainerState(BundleReader& reader, int trainer_id);

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -314,7 +315,8 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   // the drain when it holds the step.
   for (size_t i = 0; i < candidates.size(); ++i) {
     const RestoreSource& source = candidates[i];
-    absl::Status s = RestoreStep(request, wants, placement, source, note, peer, deadline, writer);
+    absl::Status s = RestoreStep(request, wants, placement, source, note, peer, deadline,
+                                 /*last_candidate=*/i + 1 == candidates.size(), writer);
     if (s.ok()) return s;
     const bool drained_next =
         i + 1 < candidates.size() && candidates[i + 1].drained && candidates[i + 1].step == source.step;
@@ -389,7 +391,7 @@ absl::StatusOr<std::vector<CkptdService::RestoreSource>> CkptdService::RestoreSo
 absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                                        const Placement& placement, const RestoreSource& source,
                                        std::string note, const std::string& peer, absl::Time deadline,
-                                       grpc::ServerWriter<v1::RestoreResponse>* writer) {
+                                       bool last_candidate, grpc::ServerWriter<v1::RestoreResponse>* writer) {
   const int64_t step = source.step;
   const absl::Time started = absl::Now();
   ReadStack stack;
@@ -436,38 +438,54 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   }
   ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(peer, request, plan));
   ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline));
-  // Everything is read before anything is sent, so a corrupt shard fails the whole call.
-  RETURN_IF_ERROR(ReadPlan(*reader, plan, out.destinations, kRestoreReadThreads));
   v1::RestoreHeader& header = *header_message.mutable_header();
-  header.set_storage_bytes_read(static_cast<int64_t>(stack.counts.storage_bytes.load()));
-  header.set_peer_bytes_received(static_cast<int64_t>(stack.counts.peer_bytes.load()));
   int64_t delivered = 0;
   for (const RestoreItem& item : plan.items) delivered += item.bytes;
   header.set_bytes_delivered(delivered);
+  // A streamed reply to host memory with nothing to fall back to is sent while it is
+  // read. Otherwise everything is read (and verified) before anything is sent, so that
+  // a corrupt shard fails the whole call and fallback can still try an older step.
+  const bool stream_while_reading =
+      last_candidate && mapped == nullptr && !request.fallback() &&
+      absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); });
+  if (stream_while_reading) {
+    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+    RETURN_IF_ERROR(ReadAndStream(*reader, plan, out, writer));
+    v1::RestoreResponse trailer;
+    trailer.mutable_trailer()->set_storage_bytes_read(
+        static_cast<int64_t>(stack.counts.storage_bytes.load()));
+    trailer.mutable_trailer()->set_peer_bytes_received(static_cast<int64_t>(stack.counts.peer_bytes.load()));
+    if (!writer->Write(trailer)) return absl::CancelledError("client went away");
+  } else {
+    RETURN_IF_ERROR(ReadPlan(*reader, plan, out.destinations, kRestoreReadThreads));
+    header.set_storage_bytes_read(static_cast<int64_t>(stack.counts.storage_bytes.load()));
+    header.set_peer_bytes_received(static_cast<int64_t>(stack.counts.peer_bytes.load()));
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      if (!wants.devices[i].has_value()) continue;
+      if (absl::Status s = device_->CopyToDevice(out.device_buffers[i], *wants.devices[i]); !s.ok()) {
+        return Annotate(s, absl::StrCat("tensor '", plan.items[i].info.name, "'"));
+      }
+      out.device_buffers[i] = StagedBuffer();
+    }
+    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+    RETURN_IF_ERROR(SendChunks(out.streamed, 0, out.streamed.size(), writer));
+  }
   restore_peer_bytes_ += stack.counts.peer_bytes.load();
   restore_bytes_delivered_ += static_cast<uint64_t>(delivered);
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    if (!wants.devices[i].has_value()) continue;
-    if (absl::Status s = device_->CopyToDevice(out.device_buffers[i], *wants.devices[i]); !s.ok()) {
-      return Annotate(s, absl::StrCat("tensor '", plan.items[i].info.name, "'"));
-    }
-    out.device_buffers[i] = StagedBuffer();
-  }
-  if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-  RETURN_IF_ERROR(SendChunks(out.streamed, writer));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   spdlog::info(
       "run '{}' step {} restored for {} (trainer {}): {} tensor(s), {} bytes delivered in {:.3f} s "
       "({:.0f} MB/s); {} bytes read from storage, {} from peers{}",
       request.run(), step, peers_->Describe(peer), request.trainer_id(), plan.items.size(), delivered,
       seconds, seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0,
-      header.storage_bytes_read(), header.peer_bytes_received(), mapped != nullptr ? " (shared memory)" : "");
+      stack.counts.storage_bytes.load(), stack.counts.peer_bytes.load(),
+      mapped != nullptr ? " (shared memory)" : "");
   if (context_.metrics != nullptr) {
     const Metrics::Labels run = {{"run", request.run()}};
     context_.metrics->Count("ckptd_restores_total", run);
     context_.metrics->Count("ckptd_restore_bytes_delivered_total", run, static_cast<double>(delivered));
     context_.metrics->Count("ckptd_restore_storage_bytes_read_total", run,
-                            static_cast<double>(header.storage_bytes_read()));
+                            static_cast<double>(stack.counts.storage_bytes.load()));
     context_.metrics->Observe("ckptd_restore_seconds", run, seconds);
   }
   if (spdlog::should_log(spdlog::level::debug)) {
@@ -540,13 +558,39 @@ v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const 
   return header;
 }
 
-absl::Status CkptdService::SendChunks(std::vector<StagedBuffer>& buffers,
+absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan& plan, RestoreOutputs& out,
+                                         grpc::ServerWriter<v1::RestoreResponse>* writer) {
+  constexpr int64_t kGroupBytes = int64_t{64} << 20;
+  std::vector<std::pair<size_t, size_t>> groups;  // item ranges
+  for (size_t begin = 0, end = 0; begin < plan.items.size(); begin = end) {
+    int64_t bytes = 0;
+    while (end < plan.items.size() && bytes < kGroupBytes) bytes += plan.items[end++].bytes;
+    groups.emplace_back(begin, end);
+  }
+  absl::Status read;  // of the group read last; written by `next` only while it runs
+  auto read_group = [&](size_t g) {
+    read =
+        ReadPlanItems(reader, plan, out.destinations, kRestoreReadThreads, groups[g].first, groups[g].second);
+  };
+  if (!groups.empty()) read_group(0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(read);
+    std::thread next;
+    if (g + 1 < groups.size()) next = std::thread(read_group, g + 1);
+    const absl::Status sent = SendChunks(out.streamed, groups[g].first, groups[g].second, writer);
+    if (next.joinable()) next.join();
+    RETURN_IF_ERROR(sent);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CkptdService::SendChunks(std::vector<StagedBuffer>& buffers, size_t begin, size_t end,
                                       grpc::ServerWriter<v1::RestoreResponse>* writer) {
   // One message for every chunk: its data string keeps its capacity from one chunk to
   // the next, so the stream allocates nothing per chunk.
   v1::RestoreResponse message;
   v1::RestoreChunk* chunk = message.mutable_chunk();
-  for (size_t i = 0; i < buffers.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const size_t size = static_cast<size_t>(buffers[i].size());
     for (size_t off = 0; off < size; off += wire::kRestoreChunkBytes) {
       chunk->set_tensor_index(static_cast<int>(i));

@@ -193,13 +193,21 @@ class CkptdService final
                                                             std::string* note) const;
   // One candidate step: plan, read (verifying), then send. DATA_LOSS before anything
   // was sent, so that fallback can try an older step. `note` says what was skipped.
+  // With `last_candidate` and a streamed reply to host memory, the header goes first
+  // and each group of tensors is sent while the next is read (see ReadAndStream).
   absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                            const Placement& placement, const RestoreSource& source, std::string note,
-                           const std::string& peer, absl::Time deadline,
+                           const std::string& peer, absl::Time deadline, bool last_candidate,
                            grpc::ServerWriter<v1::RestoreResponse>* writer);
+  // Reads the plan's items in groups of about 64 MiB and sends each group's chunks
+  // while the next group is read: the transfer overlaps the reads instead of following
+  // them. A failed read stops the stream there. The header must already be sent.
+  static absl::Status ReadAndStream(BundleReader& reader, const RestorePlan& plan, RestoreOutputs& out,
+                                    grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
-  static absl::Status SendChunks(std::vector<StagedBuffer>& buffers,
+  // Sends buffers [begin, end) as chunks, freeing each once sent.
+  static absl::Status SendChunks(std::vector<StagedBuffer>& buffers, size_t begin, size_t end,
                                  grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;

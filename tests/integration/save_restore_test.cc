@@ -1,5 +1,6 @@
 // End-to-end: real daemons under mpirun, trainers as threads with their own clients
 // over the daemons' unix sockets, checkpoints in a temp directory.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -76,6 +77,20 @@ absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run
   auto restored = client.Restore(run, step, {target});
   if (!restored.ok()) return restored.status();
   return out;
+}
+
+// Flips one bit of byte `at` of `tensor`'s stored bytes in step directory `step_dir`
+// (`ranks` data files); returns the data file changed, or "" when that failed.
+std::string FlipBitInTensor(const std::string& step_dir, int ranks, const std::string& tensor, int64_t at) {
+  const std::string prefix = CheckpointStore::Prefix(step_dir);
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
+  const tf::BundleEntryProto* entry = reader.ok() ? (*reader)->Find(tensor) : nullptr;
+  if (entry == nullptr) return "";
+  const std::string data_file = DataPath(prefix, entry->shard_id(), ranks);
+  auto bytes = PosixFileSystem()->ReadFileToString(data_file, int64_t{1} << 30);
+  if (!bytes.ok()) return "";
+  (*bytes)[entry->offset() + at] ^= 0x10;
+  return PosixFileSystem()->WriteFileAtomically(data_file, *bytes).ok() ? data_file : "";
 }
 
 class ClusterTest : public ClusterFixture {
@@ -331,22 +346,17 @@ TEST_F(ClusterTest, RestoreErrorsNameTheProblem) {
 
   // Flip one byte of "n" in its data file: DATA_LOSS naming the tensor and the file,
   // and ckptctl verify exits 1 naming it.
-  const std::string prefix = CheckpointStore::Prefix(StepDir("errs", 5));
-  auto reader = BundleReader::Open(PosixFileSystem(), prefix);
-  ASSERT_TRUE(reader.ok());
-  const tf::BundleEntryProto* n = (*reader)->Find("n");
-  ASSERT_NE(n, nullptr);
-  const std::string data_file = DataPath(prefix, n->shard_id(), 2);
-  auto bytes = PosixFileSystem()->ReadFileToString(data_file, 1 << 20);
-  ASSERT_TRUE(bytes.ok());
-  (*bytes)[n->offset() + 1] ^= 0x10;
-  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(data_file, *bytes).ok());
+  const std::string data_file = FlipBitInTensor(StepDir("errs", 5), 2, "n", 1);
+  ASSERT_FALSE(data_file.empty());
   absl::Status loss = RestoreBox<int64_t>(*client, "errs", 5, "n", 9, Box::Full({3})).status();
   EXPECT_EQ(loss.code(), absl::StatusCode::kDataLoss) << loss;
   EXPECT_NE(loss.message().find("'n'"), absl::string_view::npos) << loss;
   EXPECT_NE(loss.message().find(data_file.substr(data_file.rfind('/') + 1)), absl::string_view::npos) << loss;
   std::string out;
-  EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify ", prefix), &out), 1) << out;
+  EXPECT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify ", CheckpointStore::Prefix(StepDir("errs", 5))), &out),
+      1)
+      << out;
   EXPECT_NE(out.find("'n'"), std::string::npos) << out;
   // The other tensor is still readable.
   EXPECT_TRUE(RestoreBox<float>(*client, "errs", 5, "w", 1, Box::Full({4, 4})).ok());
@@ -414,6 +424,87 @@ TEST_F(ClusterTest, ThreeDaemonsWriteEachBoxOnceAndRestoreAcrossThem) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(*r, BoxValues<double>("r", 1, {5}, Box::Full({5})));
   }
+}
+
+// A streamed restore without fallback goes out while it is read, a group of about
+// 64 MiB at a time: "a" (64 MiB) is one group, "b" and "c" the next. Its bytes arrive
+// whole, and the bytes read from storage come in the trailer. When "c" fails its
+// checksum, "a" has already been delivered and the call ends with DATA_LOSS naming
+// "c"; a shared-memory restore of the same step fails alike and leaves the targets as
+// they were.
+TEST(StreamedRestoreTest, IsSentWhileReadAndAChecksumFailureLaterInItEndsItWithDataLoss) {
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto client = cluster.Connect(0);
+  const std::vector<std::pair<std::string, size_t>> sizes = {
+      {"a", 64 << 20}, {"b", 64 << 10}, {"c", 64 << 10}};
+  std::vector<std::string> saved;
+  std::vector<TensorShard> shards;
+  for (const auto& [name, size] : sizes) {
+    saved.emplace_back(size, '\0');
+    for (size_t i = 0; i < size; i += 4096) saved.back()[i] = static_cast<char>(name[0] + i / 4096);
+    shards.push_back({.name = name,
+                      .dtype = kDtUint8,
+                      .shape = {static_cast<int64_t>(size)},
+                      .data = saved.back().data(),
+                      .size = size});
+  }
+  for (int64_t step : {1, 2}) {
+    ASSERT_TRUE(client->Save("piped", step, 0, 1, shards).ok());
+    ASSERT_TRUE(client->Wait("piped", step).ok());
+  }
+  std::vector<std::string> back;
+  std::vector<RestoreTarget> targets;
+  for (const auto& [name, size] : sizes) back.emplace_back(size, 'x');
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    targets.push_back({.name = sizes[i].first, .dtype = 0, .data = back[i].data(), .size = back[i].size()});
+  }
+  RestoreStats stats;
+  RestoreOptions options{.stats = &stats, .transport = Transport::kStream};
+  ASSERT_TRUE(client->Restore("piped", 1, targets, options).ok());
+  EXPECT_TRUE(back == saved);
+  int64_t total = 0;
+  for (const auto& [name, size] : sizes) total += static_cast<int64_t>(size);
+  EXPECT_GE(stats.storage_bytes_read, total);  // from the trailer: the header went out first
+  EXPECT_EQ(stats.bytes_delivered, total);
+
+  // Step 2, never read yet (so no cache holds it): one flipped bit in "c".
+  ASSERT_FALSE(
+      FlipBitInTensor(CheckpointStore(PosixFileSystem(), cluster.root()).StepDir("piped", 2), 1, "c", 5)
+          .empty());
+
+  auto stub = v1::Ckptd::NewStub(
+      grpc::CreateCustomChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials(), [] {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(64 << 20);
+        return args;
+      }()));
+  grpc::ClientContext ctx;
+  v1::RestoreRequest request;
+  request.set_run("piped");
+  request.set_step(2);
+  for (const auto& [name, size] : sizes) request.add_tensors()->set_name(name);
+  auto stream = stub->Restore(&ctx, request);
+  v1::RestoreResponse message;
+  int headers = 0;
+  int64_t received_a = 0;
+  while (stream->Read(&message)) {
+    if (message.has_header()) ++headers;
+    if (message.has_chunk() && message.chunk().tensor_index() == 0)
+      received_a += message.chunk().data().size();
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
+  EXPECT_NE(status.error_message().find("'c'"), std::string::npos) << status.error_message();
+  EXPECT_EQ(headers, 1);
+  EXPECT_EQ(received_a, 64 << 20);
+
+  // Over shared memory the same failure leaves the targets as they were.
+  for (std::string& b : back) std::fill(b.begin(), b.end(), 'y');
+  options.transport = Transport::kSharedMemory;
+  EXPECT_EQ(client->Restore("piped", 2, targets, options).status().code(), absl::StatusCode::kDataLoss);
+  for (const std::string& b : back) EXPECT_EQ(b.find_first_not_of('y'), std::string::npos);
+  ASSERT_EQ(cluster.Stop(), 0);
 }
 
 }  // namespace

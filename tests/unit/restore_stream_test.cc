@@ -70,6 +70,20 @@ TEST(RestoreStreamTest, AHeaderParsesAsProtobufDoesAndUnknownFieldsAreSkipped) {
   EXPECT_EQ(parsed.header.SerializeAsString(), header->SerializeAsString());
 }
 
+TEST(RestoreStreamTest, ATrailerCarriesTheCountersAndIsNeitherHeaderNorChunk) {
+  v1::RestoreResponse message;
+  message.mutable_trailer()->set_storage_bytes_read(int64_t{3} << 30);
+  message.mutable_trailer()->set_peer_bytes_received(7);
+  const std::vector<grpc::Slice> slices = SlicesOf(message.SerializeAsString(), {2});
+  RawRestoreResponse parsed;
+  ASSERT_TRUE(ParseRestoreResponse(slices, &parsed).ok());
+  EXPECT_TRUE(parsed.has_trailer);
+  EXPECT_FALSE(parsed.has_header);
+  EXPECT_FALSE(parsed.has_chunk);
+  EXPECT_EQ(parsed.trailer.storage_bytes_read(), int64_t{3} << 30);
+  EXPECT_EQ(parsed.trailer.peer_bytes_received(), 7);
+}
+
 TEST(RestoreStreamTest, DefaultsOmittedOnTheWireReadAsZero) {
   v1::RestoreResponse message;
   message.mutable_chunk()->set_data("abc");  // tensor_index 0 and offset 0 are not sent

@@ -469,6 +469,8 @@ class Client:
             count = sum(_box_elements(b, d.shape) for b in boxes)
             buffers.append(bytearray(count * _itemsize(d.dtype)))
         for r in replies:
+            if r.WhichOneof("payload") != "chunk":
+                continue  # the trailer of a restore streamed while it was read
             c = r.chunk
             buffers[c.tensor_index][c.offset:c.offset + len(c.data)] = c.data
         arrays = {d.name: _views(d, layouts[i], buffers[i], 0) for i, d in enumerate(header.tensors)}

@@ -211,12 +211,22 @@ class RestoreRequest(_message.Message):
     def __init__(self, run: _Optional[str] = ..., step: _Optional[int] = ..., latest: bool = ..., tensors: _Optional[_Iterable[_Union[TensorRequest, _Mapping]]] = ..., mesh: _Optional[str] = ..., device_ids: _Optional[_Iterable[int]] = ..., trainer_id: _Optional[int] = ..., trainer_state: bool = ..., fallback: bool = ..., shared_memory: _Optional[_Union[SharedMemory, _Mapping]] = ..., describe_only: bool = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
-    __slots__ = ["chunk", "header"]
+    __slots__ = ["chunk", "header", "trailer"]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    TRAILER_FIELD_NUMBER: _ClassVar[int]
     chunk: RestoreChunk
     header: RestoreHeader
-    def __init__(self, header: _Optional[_Union[RestoreHeader, _Mapping]] = ..., chunk: _Optional[_Union[RestoreChunk, _Mapping]] = ...) -> None: ...
+    trailer: RestoreTrailer
+    def __init__(self, header: _Optional[_Union[RestoreHeader, _Mapping]] = ..., chunk: _Optional[_Union[RestoreChunk, _Mapping]] = ..., trailer: _Optional[_Union[RestoreTrailer, _Mapping]] = ...) -> None: ...
+
+class RestoreTrailer(_message.Message):
+    __slots__ = ["peer_bytes_received", "storage_bytes_read"]
+    PEER_BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    peer_bytes_received: int
+    storage_bytes_read: int
+    def __init__(self, storage_bytes_read: _Optional[int] = ..., peer_bytes_received: _Optional[int] = ...) -> None: ...
 
 class RunStatus(_message.Message):
     __slots__ = ["last_commit_seconds", "last_commit_unix_seconds", "last_committed_step", "run"]

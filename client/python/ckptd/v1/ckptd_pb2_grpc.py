@@ -75,7 +75,12 @@ class CkptdServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Restore(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The header, then (unless shared_memory or describe_only) the chunks. A shared-
+        memory reply, and a streamed one with fallback, is read and verified whole before
+        the header goes out. A streamed one without fallback sends each group of tensors
+        while it reads the next, then a RestoreTrailer: if a later tensor fails its
+        checksum, the call ends with DATA_LOSS after some chunks were delivered.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -82,10 +82,16 @@ stop_daemons() {
   fi
   MPIRUN_PID=""
 }
+# The daemons' job and the trainers' job start together on the simulated hosts, which
+# share this machine's /tmp: each gets session directories of its own, or their orteds
+# race to create the same /tmp/ompi.HOST.UID (seen: "mkdir ... File exists"). Short
+# paths: Open MPI puts unix sockets in them.
+OMPI_TMP=""
 cleanup() {
   stop_daemons
   [ -d "$WORK/hosts" ] && bash tests/multihost/hosts.sh down "$WORK/hosts" 2>/dev/null
   rm -rf "$WORK"
+  [ -n "$OMPI_TMP" ] && rm -rf "$OMPI_TMP"
 }
 trap cleanup EXIT
 
@@ -191,6 +197,8 @@ if [ "$HOSTS" != 0 ]; then
     --mca plm_rsh_agent "$H/agent" --mca btl tcp,self --mca pml ob1
     --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET"
     --mca mpi_yield_when_idle 1)  # all hosts share this machine's cores: waiting ranks yield
+  OMPI_TMP="$(mktemp -d /tmp/ckptd-ompi-XXXXXX)"
+  mkdir -p "$OMPI_TMP/d" "$OMPI_TMP/t"
   MULTI="{"
   # replicas: local storage with one copy of each data file on the next host; after
   # its run, host 1 loses its own data file of the measured step and the restores run
@@ -205,11 +213,13 @@ if [ "$HOSTS" != 0 ]; then
     [ "$MODE" = replicas ] && FLAGS+=(--replicas 1)
     [ "$MODE" = drain ] && FLAGS+=(--drain-to "$H/shared/drain")
     # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
-    "${ON_HOSTS[@]}" -np "$HOSTS" --map-by node "$BIN/ckptd" --config "$CONFIG" "${FLAGS[@]}" \
+    "${ON_HOSTS[@]}" --mca orte_tmpdir_base "$OMPI_TMP/d" -np "$HOSTS" --map-by node "$BIN/ckptd" \
+      --config "$CONFIG" "${FLAGS[@]}" \
       --root "$ROOT" --socket "$H/disk/ckptd-{rank}.sock" --commit-timeout 600s \
       --log-level "${CKPTD_BENCH_LOG_LEVEL:-info}" > "$WORK/daemons-$MODE.log" 2>&1 &
     MPIRUN_PID=$!
-    TRAINERS=("${ON_HOSTS[@]}" -np $((2 * HOSTS)) --map-by ppr:2:node "$BIN/ckptd-bench" save
+    TRAINERS=("${ON_HOSTS[@]}" --mca orte_tmpdir_base "$OMPI_TMP/t" -np $((2 * HOSTS)) --map-by ppr:2:node
+      "$BIN/ckptd-bench" save
       --socket "$H/disk/ckptd-{rank}.sock" --bytes "$BYTES" --daemons "$HOSTS" --net-interface eth0)
     OUT=$("${TRAINERS[@]}") || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
     MULTI="$MULTI\"$MODE\": $OUT,"

@@ -307,8 +307,7 @@ tf::TensorShapeProto ShapeToProto(const Shape& shape) {
 
 absl::Status IndexBuilder::Add(std::string key, tf::BundleEntryProto entry) {
   if (key.empty()) return absl::InvalidArgumentError("the empty key is reserved for the header");
-  auto [it, inserted] = entries_.emplace(std::move(key), std::move(entry));
-  if (!inserted) return absl::AlreadyExistsError(absl::StrCat("duplicate index key '", it->first, "'"));
+  entries_.emplace_back(std::move(key), std::move(entry));
   return absl::OkStatus();
 }
 
@@ -402,6 +401,18 @@ absl::StatusOr<std::vector<DataFileWriter::Written>> WriteDataFile(FileSystem* f
 }
 
 absl::StatusOr<std::string> IndexBuilder::Finish() {
+  // Keys in order, as the table needs them: sorted once here rather than kept in an
+  // ordered map (a node and a comparison chain per entry, at 100,000 tensors a
+  // measurable part of a commit).
+  std::vector<const std::pair<std::string, tf::BundleEntryProto>*> sorted;
+  sorted.reserve(entries_.size());
+  for (const auto& e : entries_) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i]->first == sorted[i - 1]->first) {
+      return absl::AlreadyExistsError(absl::StrCat("duplicate index key '", sorted[i]->first, "'"));
+    }
+  }
   std::string out;
   StringSink sink(&out);
   leveldb::Options options;
@@ -415,7 +426,11 @@ absl::StatusOr<std::string> IndexBuilder::Finish() {
   header.set_endianness(tf::BundleHeaderProto::LITTLE);
   header.mutable_version()->set_producer(kTensorBundleVersion);
   builder.Add("", header.SerializeAsString());
-  for (const auto& [key, entry] : entries_) builder.Add(key, entry.SerializeAsString());
+  std::string value;
+  for (const auto* entry : sorted) {
+    entry->second.SerializeToString(&value);
+    builder.Add(entry->first, value);
+  }
   leveldb::Status s = builder.Finish();
   if (!s.ok()) return absl::InternalError(absl::StrCat("building index: ", s.ToString()));
   return out;

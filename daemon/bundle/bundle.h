@@ -61,7 +61,7 @@ std::string TrainerStateName(int trainer_id, const std::string& key);
 class IndexBuilder {
  public:
   explicit IndexBuilder(int num_shards) : num_shards_(num_shards) {}
-  // ALREADY_EXISTS on a duplicate key; "" is reserved for the header.
+  // "" is reserved for the header.
   absl::Status Add(std::string key, tf::BundleEntryProto entry);
   // One tensor saved as `pieces` (each box with the entry of its bytes: shard, offset,
   // size, crc32c; dtype and shape are filled in here). One piece covering the whole
@@ -70,11 +70,12 @@ class IndexBuilder {
   // of name and slice (the layout BundleReader::Lookup decodes).
   absl::Status AddTensor(const std::string& name, int dtype, const Shape& shape,
                          std::vector<std::pair<Box, tf::BundleEntryProto>> pieces);
+  // The index file's bytes; ALREADY_EXISTS when a key was added twice.
   absl::StatusOr<std::string> Finish();
 
  private:
   int num_shards_;
-  std::map<std::string, tf::BundleEntryProto> entries_;
+  std::vector<std::pair<std::string, tf::BundleEntryProto>> entries_;  // in the order added
 };
 
 // How messages and logs name one saved piece, as people write it: `'w'` for a whole

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -70,34 +69,16 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     }
   }
 
-  // name -> (box -> holder hosts); first shard seen fixes dtype and shape.
-  struct Pending {
-    const ShardRef* first = nullptr;
-    const ShardRef* layout = nullptr;  // first shard saved with a layout
-    std::map<Box, std::set<int>> holders;
-    std::map<Box, int64_t> staged_bytes;
-  };
-  std::map<std::string, Pending> by_name;
-  for (const ShardRef& s : shards) {
-    Pending& p = by_name[s.name];
-    if (p.first == nullptr) {
-      p.first = &s;
-    } else if (p.first->dtype != s.dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", s.name, "': dtype ", DataTypeName(p.first->dtype), " on trainer ",
-                       p.first->trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
-    } else if (p.first->shape != s.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", s.name, "': shape ", ShapeString(p.first->shape), " on trainer ",
-                       p.first->trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
-    }
-    if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));
-    }
-    if (s.has_layout && p.layout == nullptr) p.layout = &s;
-    p.holders[s.box].insert(s.host);
-    p.staged_bytes[s.box] = s.bytes;
-  }
+  // Shards grouped by name, then box, as pointers: no name is copied and no map node
+  // made per tensor (at 100,000 tensors, map nodes and their frees were most of this
+  // function's cost). The stable sort keeps trainers' order within one box.
+  std::vector<const ShardRef*> sorted;
+  sorted.reserve(shards.size());
+  for (const ShardRef& s : shards) sorted.push_back(&s);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const ShardRef* a, const ShardRef* b) {
+    const int c = a->name.compare(b->name);
+    return c != 0 ? c < 0 : a->box < b->box;
+  });
 
   SavePlan plan;
   plan.bytes_per_host.assign(num_hosts, 0);
@@ -105,40 +86,73 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     int64_t bytes;
     size_t tensor;
     size_t box;
+    size_t holders_begin, holders_end;  // the shards of that box in `sorted`: who holds a copy
   };
   std::vector<Assignment> order;
-  for (auto& [name, pending] : by_name) {
+  for (size_t begin = 0, end = 0; begin < sorted.size(); begin = end) {
+    while (end < sorted.size() && sorted[end]->name == sorted[begin]->name) ++end;
+    // The first shard received (lowest address) fixes dtype and shape; the first saved
+    // with a layout gives the sharding specs.
+    const ShardRef* first = *std::min_element(sorted.begin() + begin, sorted.begin() + end);
+    const ShardRef* layout = nullptr;
+    for (size_t k = begin; k < end; ++k) {
+      const ShardRef& s = *sorted[k];
+      if (first->dtype != s.dtype) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", s.name, "': dtype ", DataTypeName(first->dtype), " on trainer ",
+                         first->trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
+      }
+      if (first->shape != s.shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", s.name, "': shape ", ShapeString(first->shape), " on trainer ",
+                         first->trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
+      }
+      if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));
+      }
+      if (s.has_layout && (layout == nullptr || &s < layout)) layout = &s;
+    }
     PlannedTensor t;
-    t.name = name;
-    t.dtype = pending.first->dtype;
-    t.shape = pending.first->shape;
-    t.has_layout = pending.layout != nullptr;
-    if (t.has_layout) t.sharding_specs = pending.layout->sharding_specs;
+    t.name = first->name;
+    t.dtype = first->dtype;
+    t.shape = first->shape;
+    t.has_layout = layout != nullptr;
+    if (t.has_layout) t.sharding_specs = layout->sharding_specs;
     std::vector<Box> distinct;
-    for (const auto& [box, hosts] : pending.holders) distinct.push_back(box);
-    RETURN_IF_ERROR(CheckTiling(distinct, t.shape, absl::StrCat("tensor '", name, "'")));
+    std::vector<std::pair<size_t, size_t>> holders;  // per distinct box, its range in `sorted`
+    for (size_t k = begin; k < end; ++k) {
+      if (distinct.empty() || !(distinct.back() == sorted[k]->box)) {
+        distinct.push_back(sorted[k]->box);
+        holders.emplace_back(k, k);
+      }
+      holders.back().second = k + 1;
+    }
+    RETURN_IF_ERROR(CheckTiling(distinct, t.shape, absl::StrCat("tensor '", t.name, "'")));
     const int64_t element_size = static_cast<int64_t>(DataTypeSize(t.dtype));
-    for (const Box& box : distinct) {
+    for (size_t b = 0; b < distinct.size(); ++b) {
       PlannedBox pb;
-      pb.box = box;
-      pb.bytes = element_size > 0 ? box.NumElements() * element_size : pending.staged_bytes[box];
-      order.push_back({pb.bytes, plan.tensors.size(), t.boxes.size()});
+      pb.box = distinct[b];
+      // Variable-size types: the bytes the last trainer to send this box staged.
+      pb.bytes =
+          element_size > 0 ? pb.box.NumElements() * element_size : sorted[holders[b].second - 1]->bytes;
+      order.push_back({pb.bytes, plan.tensors.size(), t.boxes.size(), holders[b].first, holders[b].second});
       t.boxes.push_back(std::move(pb));
     }
     plan.tensors.push_back(std::move(t));
   }
 
-  // Largest boxes first, each to the least-loaded host that holds a copy: the classic
-  // greedy bound keeps the busiest host within one box of the mean when replicas allow.
+  // Largest boxes first, each to the least-loaded host that holds a copy (the lowest
+  // rank among equals): the classic greedy bound keeps the busiest host within one box
+  // of the mean when replicas allow.
   std::stable_sort(order.begin(), order.end(),
                    [](const Assignment& a, const Assignment& b) { return a.bytes > b.bytes; });
   for (const Assignment& a : order) {
-    PlannedTensor& t = plan.tensors[a.tensor];
-    PlannedBox& pb = t.boxes[a.box];
-    const std::set<int>& hosts = by_name[t.name].holders[pb.box];
-    int best = *hosts.begin();
-    for (int h : hosts) {
-      if (plan.bytes_per_host[h] < plan.bytes_per_host[best]) best = h;
+    PlannedBox& pb = plan.tensors[a.tensor].boxes[a.box];
+    int best = sorted[a.holders_begin]->host;
+    for (size_t k = a.holders_begin; k < a.holders_end; ++k) {
+      const int h = sorted[k]->host;
+      if (std::make_pair(plan.bytes_per_host[h], h) < std::make_pair(plan.bytes_per_host[best], best))
+        best = h;
     }
     pb.writer = best;
     plan.bytes_per_host[best] += pb.bytes;

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/dtype.h"
@@ -84,7 +85,8 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
           absl::StrCat("trainer_state: key must be 1-", kMaxStateKeyLength, " bytes without NUL"));
     }
   }
-  std::set<std::string> names;
+  absl::flat_hash_set<absl::string_view> names;  // into the header, which outlives the loop
+  names.reserve(static_cast<size_t>(header.tensors_size()));
   for (int i = 0; i < header.tensors_size(); ++i) {
     const v1::TensorDescriptor& t = header.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");

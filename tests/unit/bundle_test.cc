@@ -383,5 +383,17 @@ TEST(WriteDataFileTest, WritesInOrderChecksumsOnHelpersAndReleasesEachEntryOnce)
   EXPECT_EQ(untouched, (std::vector<int>{0, 0, 0, 0}));
 }
 
+TEST(IndexBuilderTest, AKeyAddedTwiceFailsTheIndexWithAlreadyExistsNamingIt) {
+  IndexBuilder index(1);
+  tf::BundleEntryProto entry;
+  ASSERT_TRUE(index.Add("b", entry).ok());
+  ASSERT_TRUE(index.Add("a", entry).ok());
+  ASSERT_TRUE(index.Add("b", entry).ok());  // found when the keys are sorted, at Finish
+  absl::StatusOr<std::string> built = index.Finish();
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(built.status().message().find("'b'"), absl::string_view::npos) << built.status();
+  EXPECT_EQ(index.Add("", entry).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ckptd

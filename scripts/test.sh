@@ -74,7 +74,7 @@ case "$MODE" in
     DIR=build-fuzz
     CC=clang CXX=clang++ cmake -S . -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTD_FUZZ=ON ${CKPTD_CMAKE_ARGS:-} \
       -DCKPTD_BUILD_TESTS=OFF -DCKPTD_WITH_CUDA=OFF > "$DIR.cmake.log" 2>&1 || { cat "$DIR.cmake.log"; exit 1; }
-    cmake --build "$DIR" -j "$(nproc)" --target fuzz_layout fuzz_index fuzz_save_header
+    cmake --build "$DIR" -j "$(nproc)" --target fuzzers
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
     for target in fuzz_layout fuzz_index fuzz_save_header; do
       corpus="tests/fuzz/corpus/${target#fuzz_}"

@@ -91,7 +91,7 @@ cleanup() {
   stop_daemons
   [ -d "$WORK/hosts" ] && bash tests/multihost/hosts.sh down "$WORK/hosts" 2>/dev/null
   rm -rf "$WORK"
-  [ -n "$OMPI_TMP" ] && rm -rf "$OMPI_TMP"
+  if [ -n "$OMPI_TMP" ]; then rm -rf "$OMPI_TMP"; fi
 }
 trap cleanup EXIT
 

@@ -437,20 +437,20 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     return writer->Write(header_message) ? absl::OkStatus() : absl::CancelledError("client went away");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(peer, request, plan));
-  ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline));
-  v1::RestoreHeader& header = *header_message.mutable_header();
-  int64_t delivered = 0;
-  for (const RestoreItem& item : plan.items) delivered += item.bytes;
-  header.set_bytes_delivered(delivered);
   // A streamed reply to host memory with nothing to fall back to is sent while it is
   // read. Otherwise everything is read (and verified) before anything is sent, so that
   // a corrupt shard fails the whole call and fallback can still try an older step.
   const bool stream_while_reading =
       last_candidate && mapped == nullptr && !request.fallback() &&
       absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); });
+  ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline, stream_while_reading));
+  v1::RestoreHeader& header = *header_message.mutable_header();
+  int64_t delivered = 0;
+  for (const RestoreItem& item : plan.items) delivered += item.bytes;
+  header.set_bytes_delivered(delivered);
   if (stream_while_reading) {
     if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-    RETURN_IF_ERROR(ReadAndStream(*reader, plan, out, writer));
+    RETURN_IF_ERROR(ReadAndStream(*reader, plan, deadline, out, writer));
     v1::RestoreResponse trailer;
     trailer.mutable_trailer()->set_storage_bytes_read(
         static_cast<int64_t>(stack.counts.storage_bytes.load()));
@@ -515,7 +515,7 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(
 
 absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
     const RestorePlan& plan, const RestoreWants& wants, const std::shared_ptr<SharedSegment>& mapped,
-    absl::Time deadline) {
+    absl::Time deadline, bool defer_streamed) {
   RestoreOutputs out;
   out.streamed.resize(plan.items.size());
   out.device_buffers.resize(plan.items.size());
@@ -525,15 +525,42 @@ absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
       out.destinations.push_back(out.device_buffers[i].data());
     } else if (mapped != nullptr) {
       out.destinations.push_back(mapped->data() + plan.items[i].shared_memory_offset);
-    } else if (plan.items[i].bytes > 0) {
-      ASSIGN_OR_RETURN(out.streamed[i], staging_->Allocate(plan.items[i].bytes, deadline));
-      out.destinations.push_back(out.streamed[i].data());
     } else {
-      static char nothing;  // an empty box: zero bytes read to a valid address
-      out.destinations.push_back(&nothing);
+      out.destinations.push_back(nullptr);  // streamed: AllocateStreamed
     }
   }
+  if (mapped == nullptr && !defer_streamed) {
+    // The whole reply is held at once: say so now rather than wait for room that can
+    // never come.
+    int64_t streamed = 0;
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      if (out.destinations[i] == nullptr) streamed += plan.items[i].bytes;
+    }
+    if (streamed > staging_->limit()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this streamed restore may still fall back to an older step or the drained copy, so "
+                       "it holds its whole reply (",
+                       streamed, " bytes) in staging memory, more than staging.memory_limit (",
+                       staging_->limit(), " bytes): restore over shared memory, or fewer tensors per call"));
+    }
+    RETURN_IF_ERROR(AllocateStreamed(plan, 0, plan.items.size(), deadline, out));
+  }
   return out;
+}
+
+absl::Status CkptdService::AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end,
+                                            absl::Time deadline, RestoreOutputs& out) {
+  static char nothing;  // an empty box: zero bytes read to a valid address
+  for (size_t i = begin; i < end; ++i) {
+    if (out.destinations[i] != nullptr) continue;  // bound for a device
+    if (plan.items[i].bytes == 0) {
+      out.destinations[i] = &nothing;
+      continue;
+    }
+    ASSIGN_OR_RETURN(out.streamed[i], staging_->Allocate(plan.items[i].bytes, deadline));
+    out.destinations[i] = out.streamed[i].data();
+  }
+  return absl::OkStatus();
 }
 
 v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants,
@@ -558,7 +585,8 @@ v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const 
   return header;
 }
 
-absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan& plan, RestoreOutputs& out,
+absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan& plan, absl::Time deadline,
+                                         RestoreOutputs& out,
                                          grpc::ServerWriter<v1::RestoreResponse>* writer) {
   constexpr int64_t kGroupBytes = int64_t{64} << 20;
   std::vector<std::pair<size_t, size_t>> groups;  // item ranges
@@ -569,8 +597,11 @@ absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan
   }
   absl::Status read;  // of the group read last; written by `next` only while it runs
   auto read_group = [&](size_t g) {
-    read =
-        ReadPlanItems(reader, plan, out.destinations, kRestoreReadThreads, groups[g].first, groups[g].second);
+    read = AllocateStreamed(plan, groups[g].first, groups[g].second, deadline, out);
+    if (read.ok()) {
+      read = ReadPlanItems(reader, plan, out.destinations, kRestoreReadThreads, groups[g].first,
+                           groups[g].second);
+    }
   };
   if (!groups.empty()) read_group(0);
   for (size_t g = 0; g < groups.size(); ++g) {

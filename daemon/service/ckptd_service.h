@@ -120,9 +120,14 @@ class CkptdService final
     std::vector<StagedBuffer> streamed;        // unallocated where the bytes go elsewhere
     std::vector<StagedBuffer> device_buffers;  // unallocated where not for a device
   };
+  // With `defer_streamed`, streamed items get no buffer yet (ReadAndStream allocates
+  // each group's as it reads it, so a streamed restore holds about two groups at once).
   absl::StatusOr<RestoreOutputs> PrepareOutputs(const RestorePlan& plan, const RestoreWants& wants,
                                                 const std::shared_ptr<SharedSegment>& mapped,
-                                                absl::Time deadline);
+                                                absl::Time deadline, bool defer_streamed);
+  // Staging buffers for streamed items [begin, end), waiting for room until `deadline`.
+  absl::Status AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end, absl::Time deadline,
+                                RestoreOutputs& out);
   // The trainer's segment for a shared-memory reply (null for a streamed one),
   // INVALID_ARGUMENT when it is smaller than the plan needs.
   absl::StatusOr<std::shared_ptr<SharedSegment>> MapReplySegment(const std::string& peer,
@@ -199,11 +204,13 @@ class CkptdService final
                            const Placement& placement, const RestoreSource& source, std::string note,
                            const std::string& peer, absl::Time deadline, bool last_candidate,
                            grpc::ServerWriter<v1::RestoreResponse>* writer);
-  // Reads the plan's items in groups of about 64 MiB and sends each group's chunks
-  // while the next group is read: the transfer overlaps the reads instead of following
-  // them. A failed read stops the stream there. The header must already be sent.
-  static absl::Status ReadAndStream(BundleReader& reader, const RestorePlan& plan, RestoreOutputs& out,
-                                    grpc::ServerWriter<v1::RestoreResponse>* writer);
+  // Reads the plan's items in groups of about 64 MiB, each into staging buffers it
+  // allocates then, and sends each group's chunks while the next group is read: the
+  // transfer overlaps the reads instead of following them. A failed read stops the
+  // stream there. The header must already be sent; `out` from PrepareOutputs with
+  // defer_streamed.
+  absl::Status ReadAndStream(BundleReader& reader, const RestorePlan& plan, absl::Time deadline,
+                             RestoreOutputs& out, grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
   // Sends buffers [begin, end) as chunks, freeing each once sent.

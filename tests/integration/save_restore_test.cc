@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <fstream>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -504,6 +505,67 @@ TEST(StreamedRestoreTest, IsSentWhileReadAndAChecksumFailureLaterInItEndsItWithD
   options.transport = Transport::kSharedMemory;
   EXPECT_EQ(client->Restore("piped", 2, targets, options).status().code(), absl::StatusCode::kDataLoss);
   for (const std::string& b : back) EXPECT_EQ(b.find_first_not_of('y'), std::string::npos);
+  ASSERT_EQ(cluster.Stop(), 0);
+}
+
+// A streamed restore holds staging memory for about two groups, not for the whole
+// reply: with 96 MiB of staging, 120 MiB in three tensors restore over the stream (the
+// read of the second group waits until the first is sent), bit-exact. With fallback,
+// which holds the whole reply, the same restore is refused at once.
+TEST(StreamedRestoreTest, NeedsStagingForAboutTwoGroupsNotTheWholeReply) {
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.Start().ok());
+  constexpr size_t kTensor = 40 << 20;
+  std::vector<std::string> saved;
+  std::vector<TensorShard> shards;
+  for (const char* name : {"x", "y", "z"}) {
+    saved.emplace_back(kTensor, name[0]);
+    saved.back()[12345] = '!';
+    shards.push_back({.name = name,
+                      .dtype = kDtUint8,
+                      .shape = {int64_t{kTensor}},
+                      .data = saved.back().data(),
+                      .size = kTensor});
+  }
+  {
+    auto client = cluster.Connect(0);
+    ASSERT_TRUE(client->Save("budget", 1, 0, 1, shards).ok());
+    ASSERT_TRUE(client->Wait("budget", 1).ok());
+  }
+  ASSERT_EQ(cluster.Stop(), 0);
+  const std::string config = cluster.dir() + "/small-staging.yaml";
+  std::ofstream(config) << "staging:\n  memory_limit: " << (96 << 20) << "\n";
+  cluster.AddArgs({"--config", config});
+  ASSERT_TRUE(cluster.Start().ok());
+  auto client = cluster.Connect(0);
+  std::vector<std::string> back(3, std::string(kTensor, '\0'));
+  std::vector<RestoreTarget> targets;
+  for (size_t i = 0; i < 3; ++i) {
+    targets.push_back({.name = shards[i].name, .dtype = 0, .data = back[i].data(), .size = kTensor});
+  }
+  RestoreOptions stream{.transport = Transport::kStream};
+  absl::StatusOr<int64_t> restored = client->Restore("budget", 1, targets, stream);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(back == saved);
+  // With fallback the whole reply must be read before anything is sent: refused at
+  // once, naming the limit, rather than waiting for room that never comes.
+  auto stub = v1::Ckptd::NewStub(
+      grpc::CreateChannel("unix:" + cluster.Address(0), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::RestoreRequest request;
+  request.set_run("budget");
+  request.set_latest(true);
+  request.set_fallback(true);
+  for (const TensorShard& s : shards) request.add_tensors()->set_name(s.name);
+  auto replies = stub->Restore(&ctx, request);
+  v1::RestoreResponse reply;
+  int messages = 0;
+  while (replies->Read(&reply)) ++messages;
+  const grpc::Status refused = replies->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("staging.memory_limit"), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(messages, 0);
   ASSERT_EQ(cluster.Stop(), 0);
 }
 

@@ -44,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "bench/plain_transport.grpc.pb.h"
 #include "ckptd/client.h"
+#include "ckptd/v1/wire.h"
 #include "grpcpp/grpcpp.h"
 
 namespace {
@@ -412,7 +413,7 @@ json Metadata(const std::string& socket_template, const std::vector<int64_t>& co
 // Bytes arriving at either end of the plain service land in a reused buffer of this
 // size (a ring), as a receiver that keeps them would copy them somewhere.
 constexpr size_t kRingBytes = size_t{64} << 20;
-constexpr size_t kChunkBytes = size_t{4} << 20;  // ckptd's save chunk (wire::kSaveChunkBytes)
+constexpr size_t kChunkBytes = ckptd::wire::kSaveChunkBytes;  // the messages ckptd's stream sends
 
 // Copies `n` received bytes that arrived `offset` bytes into a stream into the ring.
 void IntoRing(char* ring, int64_t offset, const std::string& data) {
@@ -457,7 +458,7 @@ class PlainTransportService final : public ckptd::bench::PlainTransport::Service
   char* ring_;
 };
 
-constexpr int kPlainMessageLimit = 64 << 20;
+constexpr int kPlainMessageLimit = ckptd::wire::kMaxMessageBytes;  // as ckptd's daemon and client
 
 // `ckptd-bench plain-grpc-server SOCKET BYTES`: serves the baseline until SIGTERM, with
 // BYTES of pre-faulted memory to send from. Runs before (and without) MPI_Init.

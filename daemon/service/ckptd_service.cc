@@ -509,8 +509,7 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(
                                                    " bytes, but the reply needs ", plan.shared_memory_bytes,
                                                    " (see describe_only)"));
   }
-  return SharedSegment::Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes,
-                             SharedSegment::Access::kWrite);
+  return reply_segments_.OpenForWrite(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes);
 }
 
 absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
+#include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
 
@@ -44,7 +47,9 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   const int64_t map_offset = offset / page * page;
   const size_t map_size = static_cast<size_t>(offset - map_offset + size);
-  if (map_size == 0) return std::shared_ptr<SharedSegment>(new SharedSegment(nullptr, 0, nullptr, 0));
+  if (map_size == 0) {
+    return std::shared_ptr<SharedSegment>(new SharedSegment(nullptr, 0, nullptr, 0, st.st_dev, st.st_ino));
+  }
   // Save maps privately: the daemon may write into staged bytes (casts never do, but
   // nothing it does should reach the trainer's memory).
   // A restore's reply is populated at once: the reads that fill it would otherwise
@@ -55,11 +60,96 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
   void* map = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE, share, opened, map_offset);
   if (map == MAP_FAILED) return ErrnoToStatus(errno, "shared_memory: mmap");
   char* data = static_cast<char*>(map) + (offset - map_offset);
-  return std::shared_ptr<SharedSegment>(new SharedSegment(map, map_size, data, size));
+  return std::shared_ptr<SharedSegment>(new SharedSegment(map, map_size, data, size, st.st_dev, st.st_ino));
+}
+
+std::shared_ptr<SharedSegment> SharedSegment::View(std::shared_ptr<const SharedSegment> whole, int64_t offset,
+                                                   int64_t size) {
+  std::shared_ptr<SharedSegment> view(
+      new SharedSegment(nullptr, 0, whole->data() + offset, size, whole->device(), whole->inode()));
+  view->whole_ = std::move(whole);
+  return view;
 }
 
 SharedSegment::~SharedSegment() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(pid_t pid, int fd,
+                                                                                int64_t offset,
+                                                                                int64_t size) {
+  // What the trainer's fd names now: the permission check Open makes, and the key.
+  // Anything unusual (no such fd, bad arguments) goes to Open for its error.
+  struct stat st = {};
+  const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
+  if (fd < 0 || offset < 0 || size < 0 || size > INT64_MAX - offset || ::stat(path.c_str(), &st) != 0 ||
+      st.st_size < offset + size) {
+    return SharedSegment::Open(pid, fd, offset, size, SharedSegment::Access::kWrite);
+  }
+  std::vector<std::shared_ptr<const SharedSegment>> dropped;  // unmapped outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    for (Entry& e : entries_) {
+      if (e.pid == pid && e.fd == fd && e.whole->device() == st.st_dev && e.whole->inode() == st.st_ino &&
+          e.whole->size() >= offset + size) {
+        e.last_use = ++clock_;
+        return SharedSegment::View(e.whole, offset, size);
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> whole,
+                   SharedSegment::Open(pid, fd, 0, st.st_size, SharedSegment::Access::kWrite));
+  // Which kept mappings the trainers no longer hold: exited, or the fd now names
+  // another file. Checked before taking the lock (a few stat calls).
+  std::vector<std::shared_ptr<const SharedSegment>> stale;
+  {
+    std::vector<std::pair<std::string, std::shared_ptr<const SharedSegment>>> kept;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const Entry& e : entries_) kept.emplace_back(absl::StrCat("/proc/", e.pid, "/fd/", e.fd), e.whole);
+    }
+    for (const auto& [kept_path, mapping] : kept) {
+      struct stat now = {};
+      if (::stat(kept_path.c_str(), &now) != 0 || now.st_dev != mapping->device() ||
+          now.st_ino != mapping->inode()) {
+        stale.push_back(mapping);
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    std::erase_if(entries_, [&](Entry& e) {
+      const bool gone = (e.pid == pid && e.fd == fd) || absl::c_linear_search(stale, e.whole);
+      if (gone) dropped.push_back(std::move(e.whole));
+      return gone;
+    });
+    entries_.push_back({.pid = pid, .fd = fd, .whole = whole, .last_use = ++clock_});
+    while (true) {
+      int mine = 0;
+      auto oldest = entries_.end();
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->pid != pid) continue;
+        ++mine;
+        if (oldest == entries_.end() || it->last_use < oldest->last_use) oldest = it;
+      }
+      if (mine <= per_process_) break;
+      dropped.push_back(std::move(oldest->whole));
+      entries_.erase(oldest);
+    }
+  }
+  return SharedSegment::View(std::move(whole), offset, size);
+}
+
+int64_t SharedSegmentCache::mapped_bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const Entry& e : entries_) bytes += e.whole->size();
+  return bytes;
+}
+
+int SharedSegmentCache::count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(entries_.size());
 }
 
 }  // namespace ckptd

@@ -9,6 +9,10 @@
 // under the mapping would kill the daemon with SIGBUS. Save maps it privately (copy on
 // write), so nothing the daemon does reaches the trainer; Restore maps it shared.
 // A SharedSegment is immutable after Open and may be shared between threads.
+//
+// SharedSegmentCache keeps a restore's mapping of each trainer segment for the calls
+// after it: trainers pool their segments, and mapping (populating) and unmapping a
+// segment costs about as much as copying its bytes once.
 #ifndef CKPTD_DAEMON_STAGING_SHARED_SEGMENT_H_
 #define CKPTD_DAEMON_STAGING_SHARED_SEGMENT_H_
 
@@ -16,8 +20,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ckptd {
 
@@ -30,21 +37,62 @@ class SharedSegment {
   // PERMISSION_DENIED or NOT_FOUND (errno's) when it cannot be opened.
   static absl::StatusOr<std::shared_ptr<SharedSegment>> Open(pid_t pid, int fd, int64_t offset, int64_t size,
                                                              Access access);
+  // Bytes [offset, offset + size) of `whole`, which they keep mapped.
+  static std::shared_ptr<SharedSegment> View(std::shared_ptr<const SharedSegment> whole, int64_t offset,
+                                             int64_t size);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
 
   char* data() const { return data_; }  // the byte at `offset`
   int64_t size() const { return size_; }
+  // The file mapped (a memfd's device and inode).
+  dev_t device() const { return device_; }
+  ino_t inode() const { return inode_; }
 
  private:
-  SharedSegment(void* map, size_t map_size, char* data, int64_t size)
-      : map_(map), map_size_(map_size), data_(data), size_(size) {}
+  SharedSegment(void* map, size_t map_size, char* data, int64_t size, dev_t device, ino_t inode)
+      : map_(map), map_size_(map_size), data_(data), size_(size), device_(device), inode_(inode) {}
 
   void* map_;
   size_t map_size_;
   char* data_;
   int64_t size_;
+  dev_t device_;
+  ino_t inode_;
+  std::shared_ptr<const SharedSegment> whole_;  // for a View: what keeps it mapped
+};
+
+// Restore's mappings of trainer segments (Access::kWrite), kept between calls.
+//
+// A mapping is reused only while the trainer's fd still names the same memfd (checked
+// on every call through /proc, with the same permission check as Open), and at most
+// `per_process` are kept per trainer process, the least recently used going first.
+// Kept mappings hold their segments' memory, so they go as soon as the trainer no
+// longer does: a process that has exited, or an fd that now names something else,
+// is dropped on the next call that maps a segment. Thread-safe.
+class SharedSegmentCache {
+ public:
+  explicit SharedSegmentCache(int per_process = 6) : per_process_(per_process) {}
+
+  // As SharedSegment::Open(pid, fd, offset, size, Access::kWrite), with the same
+  // errors, from a kept mapping of the whole segment where there is one.
+  absl::StatusOr<std::shared_ptr<SharedSegment>> OpenForWrite(pid_t pid, int fd, int64_t offset,
+                                                              int64_t size);
+  int64_t mapped_bytes() const;  // of every kept mapping
+  int count() const;             // kept mappings
+
+ private:
+  struct Entry {
+    pid_t pid;
+    int fd;
+    std::shared_ptr<const SharedSegment> whole;
+    uint64_t last_use;
+  };
+  const int per_process_;
+  mutable absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptd

@@ -1,9 +1,15 @@
-// StagingArea: the budget, the reuse pool, borrowed memory.
+// StagingArea: the budget, the reuse pool, borrowed memory. SharedSegmentCache: which
+// mappings of trainer segments it reuses and which it lets go.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
+#include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
 
 namespace ckptd {
@@ -68,6 +74,107 @@ TEST(StagingAreaTest, BorrowedBytesCountAndKeepTheirOwnerAlive) {
   EXPECT_TRUE(watch.expired());
   EXPECT_EQ(area.bytes_staged(), 0);
   EXPECT_EQ(area.pooled_bytes(), 0);  // borrowed memory is never pooled
+}
+
+// A trainer-style segment in this process: a memfd sealed against shrinking, mapped
+// here so the test sees what the daemon's mapping writes.
+class TestSegment {
+ public:
+  explicit TestSegment(size_t size, bool sealed = true) : size_(size) {
+    fd_ = ::memfd_create("staging-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_GE(fd_, 0);
+    EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(size)), 0);
+    if (sealed) {
+      EXPECT_EQ(::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    }
+    map_ = static_cast<char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    EXPECT_NE(map_, MAP_FAILED);
+  }
+  ~TestSegment() {
+    ::munmap(map_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  const char* bytes() const { return map_; }
+  // Moves this segment to fd number `to` (closing whatever was there).
+  void MoveTo(int to) {
+    ASSERT_EQ(::dup2(fd_, to), to);
+    ::close(fd_);
+    fd_ = to;
+  }
+  void Close() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  size_t size_;
+  int fd_ = -1;
+  char* map_ = nullptr;
+};
+
+TEST(SharedSegmentCacheTest, ASegmentIsMappedOnceAndItsBytesReachTheTrainer) {
+  SharedSegmentCache cache;
+  TestSegment segment(1 << 20);
+  auto first = cache.OpenForWrite(::getpid(), segment.fd(), 4096, 8192);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::memset((*first)->data(), 'a', 8192);
+  auto second = cache.OpenForWrite(::getpid(), segment.fd(), 65536, 100);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->data(), (*first)->data() + (65536 - 4096));  // the same mapping
+  EXPECT_EQ((*second)->size(), 100);
+  std::memset((*second)->data(), 'b', 100);
+  EXPECT_EQ(cache.count(), 1);
+  EXPECT_EQ(cache.mapped_bytes(), 1 << 20);
+  EXPECT_EQ(segment.bytes()[4096], 'a');
+  EXPECT_EQ(segment.bytes()[4096 + 8191], 'a');
+  EXPECT_EQ(segment.bytes()[4096 + 8192], '\0');
+  EXPECT_EQ(segment.bytes()[65536 + 99], 'b');
+}
+
+TEST(SharedSegmentCacheTest, AnFdThatNamesAnotherSegmentIsMappedAfresh) {
+  SharedSegmentCache cache;
+  TestSegment old_segment(1 << 16);
+  const int fd = old_segment.fd();
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), fd, 0, 10).ok());
+  // The trainer's fd number now names a new segment: bytes go there, and the old
+  // mapping is let go.
+  TestSegment new_segment(1 << 16);
+  old_segment.Close();
+  new_segment.MoveTo(fd);
+  auto mapped = cache.OpenForWrite(::getpid(), fd, 0, 10);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  std::memset((*mapped)->data(), 'n', 10);
+  EXPECT_EQ(new_segment.bytes()[9], 'n');
+  EXPECT_EQ(cache.count(), 1);
+}
+
+TEST(SharedSegmentCacheTest, KeepsAtMostPerProcessAndLetsClosedSegmentsGo) {
+  SharedSegmentCache cache(/*per_process=*/2);
+  TestSegment a(1 << 16), b(2 << 16), c(3 << 16);
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), a.fd(), 0, 1).ok());
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), b.fd(), 0, 1).ok());
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), a.fd(), 0, 1).ok());  // a is now the most recent
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), c.fd(), 0, 1).ok());  // b, the least recent, goes
+  EXPECT_EQ(cache.count(), 2);
+  EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (3 << 16));
+  // A segment the trainer closed is not held on its behalf past the next new mapping.
+  c.Close();
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), b.fd(), 0, 1).ok());
+  EXPECT_EQ(cache.count(), 2);
+  EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (2 << 16));
+}
+
+TEST(SharedSegmentCacheTest, RefusesWhatOpenRefusesWithTheSameCodes) {
+  SharedSegmentCache cache;
+  TestSegment unsealed(4096, /*sealed=*/false), small(4096);
+  EXPECT_EQ(cache.OpenForWrite(::getpid(), unsealed.fd(), 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.OpenForWrite(::getpid(), small.fd(), 4000, 97).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.OpenForWrite(::getpid(), 999999, 0, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache.OpenForWrite(::getpid(), -1, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.count(), 0);
 }
 
 }  // namespace

@@ -75,6 +75,54 @@ SharedSegment::~SharedSegment() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
 
+SharedSegmentCache::SharedSegmentCache(int per_process, absl::Duration sweep_period)
+    : per_process_(per_process), sweep_period_(sweep_period) {
+  sweeper_ = std::thread([this] { SweepUntilStopped(); });
+}
+
+SharedSegmentCache::~SharedSegmentCache() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  sweeper_.join();
+}
+
+void SharedSegmentCache::SweepUntilStopped() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), sweep_period_)) return;
+    }
+    DropStale();
+  }
+}
+
+void SharedSegmentCache::DropStale() {
+  // The stat calls run outside the lock; a mapping found stale is dropped by identity.
+  std::vector<std::pair<std::string, std::shared_ptr<const SharedSegment>>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Entry& e : entries_) kept.emplace_back(absl::StrCat("/proc/", e.pid, "/fd/", e.fd), e.whole);
+  }
+  std::vector<std::shared_ptr<const SharedSegment>> stale;
+  for (const auto& [kept_path, mapping] : kept) {
+    struct stat now = {};
+    if (::stat(kept_path.c_str(), &now) != 0 || now.st_dev != mapping->device() ||
+        now.st_ino != mapping->inode()) {
+      stale.push_back(mapping);
+    }
+  }
+  if (stale.empty()) return;
+  std::vector<std::shared_ptr<const SharedSegment>> dropped;  // unmapped outside the lock
+  absl::MutexLock lock(&mu_);
+  std::erase_if(entries_, [&](Entry& e) {
+    if (!absl::c_linear_search(stale, e.whole)) return false;
+    dropped.push_back(std::move(e.whole));
+    return true;
+  });
+}
+
 absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(pid_t pid, int fd,
                                                                                 int64_t offset,
                                                                                 int64_t size) {
@@ -86,7 +134,6 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(
       st.st_size < offset + size) {
     return SharedSegment::Open(pid, fd, offset, size, SharedSegment::Access::kWrite);
   }
-  std::vector<std::shared_ptr<const SharedSegment>> dropped;  // unmapped outside the lock
   {
     absl::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
@@ -99,43 +146,26 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> whole,
                    SharedSegment::Open(pid, fd, 0, st.st_size, SharedSegment::Access::kWrite));
-  // Which kept mappings the trainers no longer hold: exited, or the fd now names
-  // another file. Checked before taking the lock (a few stat calls).
-  std::vector<std::shared_ptr<const SharedSegment>> stale;
-  {
-    std::vector<std::pair<std::string, std::shared_ptr<const SharedSegment>>> kept;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const Entry& e : entries_) kept.emplace_back(absl::StrCat("/proc/", e.pid, "/fd/", e.fd), e.whole);
+  DropStale();
+  std::vector<std::shared_ptr<const SharedSegment>> dropped;  // unmapped outside the lock
+  absl::MutexLock lock(&mu_);
+  std::erase_if(entries_, [&](Entry& e) {
+    if (e.pid != pid || e.fd != fd) return false;
+    dropped.push_back(std::move(e.whole));
+    return true;
+  });
+  entries_.push_back({.pid = pid, .fd = fd, .whole = whole, .last_use = ++clock_});
+  while (true) {
+    int mine = 0;
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->pid != pid) continue;
+      ++mine;
+      if (oldest == entries_.end() || it->last_use < oldest->last_use) oldest = it;
     }
-    for (const auto& [kept_path, mapping] : kept) {
-      struct stat now = {};
-      if (::stat(kept_path.c_str(), &now) != 0 || now.st_dev != mapping->device() ||
-          now.st_ino != mapping->inode()) {
-        stale.push_back(mapping);
-      }
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    std::erase_if(entries_, [&](Entry& e) {
-      const bool gone = (e.pid == pid && e.fd == fd) || absl::c_linear_search(stale, e.whole);
-      if (gone) dropped.push_back(std::move(e.whole));
-      return gone;
-    });
-    entries_.push_back({.pid = pid, .fd = fd, .whole = whole, .last_use = ++clock_});
-    while (true) {
-      int mine = 0;
-      auto oldest = entries_.end();
-      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        if (it->pid != pid) continue;
-        ++mine;
-        if (oldest == entries_.end() || it->last_use < oldest->last_use) oldest = it;
-      }
-      if (mine <= per_process_) break;
-      dropped.push_back(std::move(oldest->whole));
-      entries_.erase(oldest);
-    }
+    if (mine <= per_process_) break;
+    dropped.push_back(std::move(oldest->whole));
+    entries_.erase(oldest);
   }
   return SharedSegment::View(std::move(whole), offset, size);
 }

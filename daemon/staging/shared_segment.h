@@ -20,11 +20,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace ckptd {
 
@@ -68,17 +70,24 @@ class SharedSegment {
 // A mapping is reused only while the trainer's fd still names the same memfd (checked
 // on every call through /proc, with the same permission check as Open), and at most
 // `per_process` are kept per trainer process, the least recently used going first.
-// Kept mappings hold their segments' memory, so they go as soon as the trainer no
-// longer does: a process that has exited, or an fd that now names something else,
-// is dropped on the next call that maps a segment. Thread-safe.
+// Kept mappings hold their segments' memory, so they go soon after the trainer lets
+// go: a background thread drops, every `sweep_period`, the mappings of processes that
+// exited and of fds that were closed or now name another file (the Python client,
+// for one, closes a restore's segment as soon as the call returns), and every new
+// mapping does the same first. Thread-safe; the destructor stops the thread.
 class SharedSegmentCache {
  public:
-  explicit SharedSegmentCache(int per_process = 6) : per_process_(per_process) {}
+  explicit SharedSegmentCache(int per_process = 6, absl::Duration sweep_period = absl::Seconds(1));
+  ~SharedSegmentCache();
+  SharedSegmentCache(const SharedSegmentCache&) = delete;
+  SharedSegmentCache& operator=(const SharedSegmentCache&) = delete;
 
   // As SharedSegment::Open(pid, fd, offset, size, Access::kWrite), with the same
   // errors, from a kept mapping of the whole segment where there is one.
   absl::StatusOr<std::shared_ptr<SharedSegment>> OpenForWrite(pid_t pid, int fd, int64_t offset,
                                                               int64_t size);
+  // Drops the mappings trainers no longer hold (what the background thread does).
+  void DropStale();
   int64_t mapped_bytes() const;  // of every kept mapping
   int count() const;             // kept mappings
 
@@ -89,10 +98,15 @@ class SharedSegmentCache {
     std::shared_ptr<const SharedSegment> whole;
     uint64_t last_use;
   };
+  void SweepUntilStopped();
+
   const int per_process_;
+  const absl::Duration sweep_period_;
   mutable absl::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sweeper_;
 };
 
 }  // namespace ckptd

@@ -165,6 +165,17 @@ TEST(SharedSegmentCacheTest, KeepsAtMostPerProcessAndLetsClosedSegmentsGo) {
   EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (2 << 16));
 }
 
+TEST(SharedSegmentCacheTest, ASegmentTheTrainerClosedIsLetGoWithoutAnotherCall) {
+  SharedSegmentCache cache;
+  TestSegment kept(1 << 16), closed(2 << 16);
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), kept.fd(), 0, 1).ok());
+  ASSERT_TRUE(cache.OpenForWrite(::getpid(), closed.fd(), 0, 1).ok());
+  closed.Close();     // as the Python client does once a restore returns
+  cache.DropStale();  // what the cache's thread does every second
+  EXPECT_EQ(cache.count(), 1);
+  EXPECT_EQ(cache.mapped_bytes(), 1 << 16);
+}
+
 TEST(SharedSegmentCacheTest, RefusesWhatOpenRefusesWithTheSameCodes) {
   SharedSegmentCache cache;
   TestSegment unsealed(4096, /*sealed=*/false), small(4096);

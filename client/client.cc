@@ -65,42 +65,33 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, bool local)
 
 // A memfd mapped into this process, sealed so it can neither shrink nor grow (the
 // daemon refuses segments that could shrink under its mapping).
-class Client::Segment {
- public:
-  static absl::StatusOr<std::unique_ptr<Segment>> Create(size_t size) {
-    const size_t bytes = std::max<size_t>(size, 1);
-    const int fd = ::memfd_create("ckptd-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", std::strerror(errno)));
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-        ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("shared-memory segment of ", bytes, " bytes: ", std::strerror(err)));
-    }
-    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("mmap of a ", bytes, "-byte segment: ", std::strerror(err)));
-    }
-    return std::unique_ptr<Segment>(new Segment(fd, static_cast<char*>(map), bytes));
+absl::StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  const int fd = ::memfd_create("ckptd-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", std::strerror(errno)));
+  // Sealed against shrinking: the daemon maps it, and a truncation under its mapping
+  // would kill it with SIGBUS (it refuses unsealed segments).
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shared-memory segment of ", bytes, " bytes: ", std::strerror(err)));
   }
-  ~Segment() {
-    ::munmap(data_, size_);
-    ::close(fd_);
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("mmap of a ", bytes, "-byte segment: ", std::strerror(err)));
   }
-  int fd() const { return fd_; }
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
+  return std::unique_ptr<HostBuffer>(new HostBuffer(fd, static_cast<char*>(map), bytes));
+}
 
- private:
-  Segment(int fd, char* data, size_t size) : fd_(fd), data_(data), size_(size) {}
-  int fd_;
-  char* data_;
-  size_t size_;
-};
+HostBuffer::~HostBuffer() {
+  ::munmap(data_, size_);
+  ::close(fd_);
+}
 
 Client::~Client() = default;
 
@@ -140,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Client::Segment>> Client::TakeSegment(size_t size
     // shared memory of sizes the trainer has moved past is not held beside it.
     std::erase_if(free_segments_, [size](const std::unique_ptr<Segment>& s) { return s->size() < size; });
   }
-  return Segment::Create(size);
+  return Segment::Allocate(size);
 }
 
 void Client::ReturnSegment(std::unique_ptr<Segment> segment) {
@@ -363,6 +354,13 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
   std::vector<std::vector<std::pair<void*, size_t>>> pieces;
   std::vector<size_t> capacity;
   for (const RestoreTarget& t : targets) {
+    if (t.host_buffer != nullptr &&
+        (t.use_layout || t.device_memory.has_value() || !t.host_buffer->Contains(t.data, t.size))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name,
+                       "': host_buffer is set, but data/size do not lie inside it (or use_layout or "
+                       "device_memory is set too)"));
+    }
     v1::TensorRequest* r = request.add_tensors();
     r->set_name(t.name);
     r->set_dtype(t.dtype);
@@ -423,7 +421,15 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   std::vector<int64_t> offsets;
   size_t total = 0;
   for (size_t i = 0; i < capacity.size(); ++i) {
-    if (request.tensors(static_cast<int>(i)).has_device_memory()) {
+    v1::TensorRequest& tensor = *request.mutable_tensors(static_cast<int>(i));
+    const HostBuffer* host = targets[i].host_buffer;
+    if (shared_memory && host != nullptr) {  // the daemon writes into the target itself
+      v1::SharedMemory* range = tensor.mutable_host_memory();
+      range->set_fd(host->fd());
+      range->set_offset(static_cast<char*>(targets[i].data) - host->data());
+      range->set_size(static_cast<int64_t>(targets[i].size));
+    }
+    if (tensor.has_device_memory() || tensor.has_host_memory()) {
       offsets.push_back(-1);
       continue;
     }
@@ -433,7 +439,7 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
     total = static_cast<size_t>(start) + capacity[i];
   }
   std::unique_ptr<Segment> segment;
-  if (shared_memory) {
+  if (shared_memory && total > 0) {
     ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
     v1::SharedMemory* shm = request.mutable_shared_memory();
     shm->set_fd(segment->fd());
@@ -492,6 +498,9 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   grpc::Status status = reader->Finish();
   if (!problem.ok()) return problem;
   if (!status.ok()) return FromGrpcStatus(status);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (request.tensors(static_cast<int>(i)).has_host_memory()) received[i] = capacity[i];
+  }
   if (segment != nullptr) {
     const bool same_layout =
         header.shared_memory_bytes() == static_cast<int64_t>(total) &&

@@ -294,6 +294,17 @@ r["memory_tier_restore_gbps"] = memory["restore_gbps"]
 r["memory_tier_restore_vs_memcpy"] = memory["restore_gbps"] / r["memcpy_gbps"]
 row("restore from memory (memory_steps)", memory["restore_gbps"], "GB/s", "memcpy", r["memory_tier_restore_vs_memcpy"])
 row("  the same restore from disk", r["restore_gbps"], "GB/s", "memory tier", r["restore_gbps"] / memory["restore_gbps"])
+# Into the client's HostBuffers the daemon copies each kept entry straight into the
+# trainer's tensor: one copy, as a memcpy makes. The first restore into a buffer also
+# pays the daemon's first access through its new mapping of it.
+r["memory_tier_host_buffer_restore_gbps"] = memory["host_buffer_restore_gbps"]
+r["memory_tier_host_buffer_restore_vs_memcpy"] = memory["host_buffer_restore_gbps"] / r["memcpy_gbps"]
+row("  into HostBuffers", memory["host_buffer_restore_gbps"], "GB/s", "memcpy",
+    r["memory_tier_host_buffer_restore_vs_memcpy"], ">= 1x")
+r["memory_tier_first_host_buffer_restore_vs_first_touch"] = (
+    memory["cold_host_buffer_restore_gbps"] / r["first_touch_memcpy_gbps"])
+row("  into HostBuffers, first", memory["cold_host_buffer_restore_gbps"], "GB/s", "first-touch memcpy",
+    r["memory_tier_first_host_buffer_restore_vs_first_touch"])
 r["grpc"] = grpc
 r["stream_save_vs_plain_grpc"] = grpc["stream_save_vs_plain_grpc"]
 r["stream_restore_vs_plain_grpc"] = grpc["stream_restore_vs_plain_grpc"]

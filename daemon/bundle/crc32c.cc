@@ -1,5 +1,6 @@
 #include "daemon/bundle/crc32c.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -136,6 +137,16 @@ __attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const char*
 
 uint32_t ExtendPortableForTesting(uint32_t crc, const char* data, size_t n) {
   return ExtendPortable(crc, data, n);
+}
+
+uint32_t CopyAndExtend(uint32_t crc, char* dst, const char* src, size_t n) {
+  constexpr size_t kChunk = 256 << 10;  // well inside L2
+  for (size_t at = 0; at < n; at += kChunk) {
+    const size_t k = std::min(kChunk, n - at);
+    crc = Extend(crc, src + at, k);
+    std::memcpy(dst + at, src + at, k);
+  }
+  return crc;
 }
 
 uint32_t Extend(uint32_t crc, const char* data, size_t n) {

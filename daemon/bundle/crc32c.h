@@ -12,6 +12,9 @@ namespace ckptd::crc32c {
 // CRC of data[0, n) continuing from `crc` (the CRC of the bytes before them).
 uint32_t Extend(uint32_t crc, const char* data, size_t n);
 inline uint32_t Value(const char* data, size_t n) { return Extend(0, data, n); }
+// Copies src[0, n) to dst and returns Extend(crc, src, n), in one pass over memory:
+// each chunk is checksummed and then copied while it is still in the CPU's cache.
+uint32_t CopyAndExtend(uint32_t crc, char* dst, const char* src, size_t n);
 // The table-driven form Extend falls back to without SSE4.2; tests compare the two.
 uint32_t ExtendPortableForTesting(uint32_t crc, const char* data, size_t n);
 

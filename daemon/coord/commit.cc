@@ -419,19 +419,25 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
 
   if (options_.memory_tier != nullptr && options_.staging != nullptr) {
     // Bytes in a trainer's shared memory are copied: the trainer reuses its segment
-    // once the step commits. A copy that finds no room in staging memory leaves the
-    // step out of the tier (saves always come first).
+    // once the step commits. Each copy is checked against the checksum the file was
+    // written with (a trainer that wrote into its segment too early would otherwise
+    // leave the tier holding other bytes than the file), so that restores from the
+    // tier need not check again. A copy that finds no room in staging memory, or
+    // other bytes, leaves the step out of the tier (saves always come first).
     for (size_t i = 0; i < jobs.size(); ++i) {
       StagedBuffer& bytes = jobs[i].staged->bytes;
       if (bytes.borrowed()) {
         absl::StatusOr<StagedBuffer> copy = options_.staging->Allocate(bytes.size());
+        if (copy.ok())
+          copy = MemoryTier::CheckedCopy(bytes, *std::move(copy), jobs[i].tensor->dtype,
+                                         jobs[i].box->box.NumElements(), written[i].crc32c);
         if (!copy.ok()) {
-          spdlog::debug("run '{}' step {} not kept in memory: {}", key.run, key.step,
-                        std::string(copy.status().message()));
+          spdlog::log(absl::IsDataLoss(copy.status()) ? spdlog::level::warn : spdlog::level::debug,
+                      "run '{}' step {} not kept in memory: '{}' {}", key.run, key.step, jobs[i].tensor->name,
+                      std::string(copy.status().message()));
           kept->clear();
           break;
         }
-        std::memcpy(copy->data(), bytes.data(), static_cast<size_t>(bytes.size()));
         bytes = *std::move(copy);
       }
       kept->push_back({.offset = static_cast<uint64_t>(written[i].offset), .bytes = std::move(bytes)});

@@ -4,6 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/base/dtype.h"
+#include "daemon/bundle/bundle.h"
+#include "daemon/bundle/crc32c.h"
 
 namespace ckptd {
 
@@ -44,6 +47,17 @@ class MemoryFile final : public RandomAccessFile {
     return absl::OkStatus();
   }
   uint64_t Size() const override { return size_; }
+  // Kept bytes were checked against the data file's checksums when they were kept
+  // (MemoryTier::Keep's contract) and only this daemon can write them.
+  Held InMemory(uint64_t offset, size_t n) const override {
+    if (offset > size_ || n > size_ - offset) return {};
+    auto it = std::upper_bound(pieces_->begin(), pieces_->end(), offset,
+                               [](uint64_t off, const MemoryTier::Piece& p) { return off < p.offset; });
+    if (it == pieces_->begin()) return {};
+    --it;  // the last piece that starts at or before `offset`
+    if (offset + n > it->offset + static_cast<uint64_t>(it->bytes.size())) return {};
+    return {.data = it->bytes.data() + (offset - it->offset), .checked = true};
+  }
 
  private:
   std::shared_ptr<const void> keep_;
@@ -52,6 +66,28 @@ class MemoryFile final : public RandomAccessFile {
 };
 
 }  // namespace
+
+absl::StatusOr<StagedBuffer> MemoryTier::CheckedCopy(const StagedBuffer& from, StagedBuffer into, int dtype,
+                                                     int64_t elements, uint32_t masked_crc) {
+  const size_t n = static_cast<size_t>(from.size());
+  if (into.size() != from.size()) {
+    return absl::InternalError(absl::StrCat("CheckedCopy: ", from.size(), " bytes into ", into.size()));
+  }
+  absl::StatusOr<uint32_t> crc;
+  if (dtype == kString) {
+    std::memcpy(into.data(), from.data(), n);
+    crc = EntryChecksum(dtype, elements, into.data(), n);
+  } else {
+    crc = crc32c::Mask(crc32c::CopyAndExtend(0, into.data(), from.data(), n));
+  }
+  if (!crc.ok()) return crc.status();
+  if (*crc != masked_crc) {
+    return absl::DataLossError(
+        "its bytes in the trainer's shared memory changed after the data file was written (a trainer must "
+        "not write into a segment before its step commits)");
+  }
+  return into;
+}
 
 void MemoryTier::Keep(const StepKey& key, const std::string& path, uint64_t size, std::vector<Piece> pieces) {
   std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });

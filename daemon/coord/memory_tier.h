@@ -42,9 +42,16 @@ class MemoryTier {
   };
   // Keeps `pieces` as the contents of the data file at `path` (as the store names
   // it), `size` bytes, of committed step `key`; forgets the oldest step beyond
-  // max_steps.
+  // max_steps. The caller vouches that the pieces hold what the file holds (the
+  // daemon's own buffers the file was written from, or copies checked against the
+  // file's checksums): restores copy them out without checking again.
   void Keep(const StepKey& key, const std::string& path, uint64_t size, std::vector<Piece> pieces);
   void Forget(const StepKey& key);
+  // `into` holding a copy of `from`, an entry the data file stores with checksum
+  // `masked_crc` (see EntryChecksum), copied and checked in one pass; DATA_LOSS when
+  // the copy's checksum differs (the bytes changed after the file was written).
+  static absl::StatusOr<StagedBuffer> CheckedCopy(const StagedBuffer& from, StagedBuffer into, int dtype,
+                                                  int64_t elements, uint32_t masked_crc);
   // Frees the oldest kept step; false when none is kept.
   bool EvictOldest();
   // A kept file, read from memory; null when `path` is not kept.

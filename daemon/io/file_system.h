@@ -32,6 +32,19 @@ class RandomAccessFile {
   // Reads exactly n bytes at offset into dst; reading past the end is OUT_OF_RANGE.
   virtual absl::Status Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual uint64_t Size() const = 0;
+  // Where bytes [offset, offset + n) already lie in this process's memory, contiguous
+  // and unchanging while the file is open, so a caller can copy them without reading
+  // them first. `checked`: they were checked against the checksums the file was
+  // written with when they were put there, so readers need not check them again.
+  struct Held {
+    const char* data = nullptr;  // null: not in memory (Read them)
+    bool checked = false;
+  };
+  virtual Held InMemory(uint64_t offset, size_t n) const {
+    (void)offset;
+    (void)n;
+    return {};
+  }
   // Reads consecutive bytes from `offset` into `pieces`, in order, as one request
   // where the file can (preadv): a large read into many buffers. This default reads
   // piece by piece.

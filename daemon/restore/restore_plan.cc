@@ -74,7 +74,7 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
   for (size_t i = 0; i < wants.size(); ++i) {
     ASSIGN_OR_RETURN(RestoreItem item,
                      PlanOne(reader, wants[i], placement, absl::StrCat("tensors[", i, "]")));
-    if (!wants[i].to_device) {
+    if (!wants[i].outside_reply) {
       item.shared_memory_offset = wire::SharedMemoryOffset(plan.shared_memory_bytes, item.bytes);
       plan.shared_memory_bytes = item.shared_memory_offset + item.bytes;
     }

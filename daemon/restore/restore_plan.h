@@ -29,7 +29,9 @@ struct TensorWant {
   Shape shape{};                                     // empty: not checked
   std::optional<Box> box{};                          // nullopt: the whole tensor (ignored with a layout)
   std::optional<std::vector<std::string>> layout{};  // sharding specs: one box per device
-  bool to_device = false;                            // delivered to device memory: no room in shared memory
+  // Delivered into memory of its own (device memory, a trainer's host buffer): no
+  // room in a shared-memory reply.
+  bool outside_reply = false;
 };
 
 // One tensor as it will be delivered.
@@ -38,7 +40,7 @@ struct RestoreItem {
   int dtype = 0;                      // as delivered
   std::vector<Box> boxes{};           // one, or one per device; their bytes are concatenated
   int64_t bytes = 0;                  // of every box, in `dtype`
-  int64_t shared_memory_offset = -1;  // in a shared-memory reply; -1 with to_device
+  int64_t shared_memory_offset = -1;  // in a shared-memory reply; -1 with outside_reply
 };
 
 struct RestorePlan {

@@ -442,8 +442,11 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   // a corrupt shard fails the whole call and fallback can still try an older step.
   const bool stream_while_reading =
       last_candidate && mapped == nullptr && !request.fallback() &&
-      absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); });
-  ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, deadline, stream_while_reading));
+      absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); }) &&
+      absl::c_none_of(wants.host_memory, [](const auto& h) { return h.has_value(); });
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<SharedSegment>> host_memory, MapHostMemory(peer, plan, wants));
+  ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, std::move(host_memory), deadline,
+                                                      stream_while_reading));
   v1::RestoreHeader& header = *header_message.mutable_header();
   int64_t delivered = 0;
   for (const RestoreItem& item : plan.items) delivered += item.bytes;
@@ -512,16 +515,43 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(
   return reply_segments_.OpenForWrite(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes);
 }
 
+absl::StatusOr<std::vector<std::shared_ptr<SharedSegment>>> CkptdService::MapHostMemory(
+    const std::string& peer, const RestorePlan& plan, const RestoreWants& wants) {
+  std::vector<std::shared_ptr<SharedSegment>> host_memory(plan.items.size());
+  std::optional<pid_t> pid;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (!wants.host_memory[i].has_value()) continue;
+    const v1::SharedMemory& host = *wants.host_memory[i];
+    const std::string field = absl::StrCat("tensors[", i, "].host_memory");
+    if (host.size() != plan.items[i].bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".size: ", host.size(), " bytes, but tensor '",
+                                                     plan.items[i].info.name, "' restores as ",
+                                                     plan.items[i].bytes));
+    }
+    if (!pid.has_value()) {
+      ASSIGN_OR_RETURN(pid, peers_->LocalPid(peer));
+    }
+    absl::StatusOr<std::shared_ptr<SharedSegment>> mapped =
+        reply_segments_.OpenForWrite(*pid, host.fd(), host.offset(), host.size());
+    if (!mapped.ok()) return Annotate(mapped.status(), field);
+    host_memory[i] = *std::move(mapped);
+  }
+  return host_memory;
+}
+
 absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
     const RestorePlan& plan, const RestoreWants& wants, const std::shared_ptr<SharedSegment>& mapped,
-    absl::Time deadline, bool defer_streamed) {
+    std::vector<std::shared_ptr<SharedSegment>> host_memory, absl::Time deadline, bool defer_streamed) {
   RestoreOutputs out;
+  out.host_memory = std::move(host_memory);
   out.streamed.resize(plan.items.size());
   out.device_buffers.resize(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (wants.devices[i].has_value()) {
       ASSIGN_OR_RETURN(out.device_buffers[i], staging_->Allocate(plan.items[i].bytes, deadline));
       out.destinations.push_back(out.device_buffers[i].data());
+    } else if (out.host_memory[i] != nullptr) {
+      out.destinations.push_back(out.host_memory[i]->data());
     } else if (mapped != nullptr) {
       out.destinations.push_back(mapped->data() + plan.items[i].shared_memory_offset);
     } else {
@@ -551,7 +581,7 @@ absl::Status CkptdService::AllocateStreamed(const RestorePlan& plan, size_t begi
                                             absl::Time deadline, RestoreOutputs& out) {
   static char nothing;  // an empty box: zero bytes read to a valid address
   for (size_t i = begin; i < end; ++i) {
-    if (out.destinations[i] != nullptr) continue;  // bound for a device
+    if (out.destinations[i] != nullptr) continue;  // bound for a device or host memory
     if (plan.items[i].bytes == 0) {
       out.destinations[i] = &nothing;
       continue;

@@ -116,14 +116,21 @@ class CkptdService final
   // counts against the daemon's budget and its pool hands back pages already touched
   // (fresh pages would be faulted in at a fraction of memcpy speed).
   struct RestoreOutputs {
-    std::vector<char*> destinations;           // one per plan item, for ReadPlan
-    std::vector<StagedBuffer> streamed;        // unallocated where the bytes go elsewhere
-    std::vector<StagedBuffer> device_buffers;  // unallocated where not for a device
+    std::vector<char*> destinations;                          // one per plan item, for ReadPlan
+    std::vector<StagedBuffer> streamed;                       // unallocated where the bytes go elsewhere
+    std::vector<StagedBuffer> device_buffers;                 // unallocated where not for a device
+    std::vector<std::shared_ptr<SharedSegment>> host_memory;  // null where not for host memory
   };
+  // The trainer's segment ranges that items asking for host_memory go straight into
+  // (null for the others); INVALID_ARGUMENT when a range's size is not the item's.
+  absl::StatusOr<std::vector<std::shared_ptr<SharedSegment>>> MapHostMemory(const std::string& peer,
+                                                                            const RestorePlan& plan,
+                                                                            const RestoreWants& wants);
   // With `defer_streamed`, streamed items get no buffer yet (ReadAndStream allocates
   // each group's as it reads it, so a streamed restore holds about two groups at once).
   absl::StatusOr<RestoreOutputs> PrepareOutputs(const RestorePlan& plan, const RestoreWants& wants,
                                                 const std::shared_ptr<SharedSegment>& mapped,
+                                                std::vector<std::shared_ptr<SharedSegment>> host_memory,
                                                 absl::Time deadline, bool defer_streamed);
   // Staging buffers for streamed items [begin, end), waiting for room until `deadline`.
   absl::Status AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end, absl::Time deadline,

@@ -196,11 +196,24 @@ absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& req
             field, ": device_memory with a layout is not supported; ", "ask for one tensor per device box"));
       }
       ASSIGN_OR_RETURN(device, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
-      want.to_device = true;
+      want.outside_reply = true;
       wants.any_on_device = true;
+    }
+    std::optional<v1::SharedMemory> host;
+    if (t.has_host_memory()) {
+      const v1::SharedMemory& h = t.host_memory();
+      if (t.has_device_memory()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": host_memory and device_memory both set"));
+      }
+      if (h.fd() < 0 || h.offset() < 0 || h.size() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".host_memory: negative fd, offset or size"));
+      }
+      want.outside_reply = true;
+      host = h;
     }
     wants.tensors.push_back(std::move(want));
     wants.devices.push_back(std::move(device));
+    wants.host_memory.push_back(std::move(host));
   }
   return wants;
 }

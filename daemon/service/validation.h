@@ -55,6 +55,9 @@ struct RestoreWants {
   std::vector<TensorWant> tensors{};
   std::vector<std::optional<DeviceMemoryRef>> devices{};  // one per tensor
   bool any_on_device = false;
+  // Per tensor: the range of one of the trainer's segments its bytes go straight into
+  // (TensorRequest.host_memory), checked for sign only.
+  std::vector<std::optional<v1::SharedMemory>> host_memory{};
 };
 absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& request);
 

@@ -77,7 +77,7 @@ class SharedSegment {
 // mapping does the same first. Thread-safe; the destructor stops the thread.
 class SharedSegmentCache {
  public:
-  explicit SharedSegmentCache(int per_process = 6, absl::Duration sweep_period = absl::Seconds(1));
+  explicit SharedSegmentCache(int per_process = 16, absl::Duration sweep_period = absl::Seconds(1));
   ~SharedSegmentCache();
   SharedSegmentCache(const SharedSegmentCache&) = delete;
   SharedSegmentCache& operator=(const SharedSegmentCache&) = delete;

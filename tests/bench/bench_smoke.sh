@@ -47,7 +47,8 @@ keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "s
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",
         "reshard_restore_vs_raw_read", "grpc_save_vs_shm_save", "first_touch_memcpy_gbps",
         "stream_save_vs_plain_grpc", "stream_restore_vs_plain_grpc",
-        "first_stall_vs_first_touch"]
+        "first_stall_vs_first_touch", "memory_tier_restore_gbps", "memory_tier_host_buffer_restore_gbps",
+        "memory_tier_host_buffer_restore_vs_memcpy"]
 bad = [k for k in keys if not isinstance(r.get(k), (int, float)) or r[k] <= 0]
 if bad:
     sys.exit(f"bench.json: missing or not positive: {bad}")

@@ -9,6 +9,8 @@
 //            over the gRPC stream. --net-interface IF adds the bytes each host sent and
 //            received on IF during each measured save and restore (the most of any host).
 //            --restore-only skips the saves and restores the step an earlier run saved.
+//            Without the data-parallel restore, the same-cut restore also runs into
+//            targets in the client's HostBuffers (the daemon writes them itself).
 //   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
 //            tensors of 1 KiB each.
 //   grpc     --socket T --dir D --bytes B   one trainer: B bytes each way through a plain
@@ -266,16 +268,18 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   std::vector<char*> targets;
   // Every restore is cold: the page cache is dropped before it where permitted.
   bool page_cache_dropped = true;
-  auto restore = [&](int64_t step, int64_t first_row, int64_t rows, const char* phase) {
+  std::unique_ptr<ckptd::HostBuffer> host_buffer;  // one for all tensors, when used
+  auto restore = [&](int64_t step, int64_t first_row, int64_t rows, const char* phase,
+                     bool into_host_buffer = false) {
     std::vector<ckptd::RestoreTarget> t;
     for (int i = 0; i < kTensors; ++i) {
-      t.push_back({absl::StrCat("layer", i, "/kernel"),
-                   0,
-                   {},
-                   {first_row, 0},
-                   {rows, m.cols},
-                   targets[i],
-                   static_cast<size_t>(rows * m.cols * 4)});
+      const size_t size = static_cast<size_t>(rows * m.cols * 4);
+      t.push_back(
+          {absl::StrCat("layer", i, "/kernel"), 0, {}, {first_row, 0}, {rows, m.cols}, targets[i], size});
+      if (into_host_buffer) {
+        t.back().data = host_buffer->data() + i * size;
+        t.back().host_buffer = host_buffer.get();
+      }
     }
     const int64_t read_before = storage_read();
     if (rank == 0) page_cache_dropped = DropPageCache() && page_cache_dropped;
@@ -335,6 +339,17 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   // Data-parallel: every trainer restores the whole model.
   const double dp_s = data_parallel ? restore(5, 0, m.rows, "dp_restore") : 0;
   for (char* p : targets) std::free(p);
+  // Without it, step 5 is free for the same-cut restore into HostBuffers, run twice
+  // like the others (the first also pays the daemon's first mapping of the buffer).
+  double host_s = 0, cold_host_s = 0;
+  if (!data_parallel) {
+    auto buffer = ckptd::HostBuffer::Allocate(static_cast<size_t>(m.slab_bytes * kTensors));
+    if (!buffer.ok()) Fail(std::string(buffer.status().message()));
+    host_buffer = *std::move(buffer);
+    std::memset(host_buffer->data(), 0, host_buffer->size());  // memory a trainer already uses
+    cold_host_s = restore(5, slab_rows * rank, slab_rows, "cold_host_buffer_restore", true);
+    host_s = restore(5, slab_rows * rank, slab_rows, "host_buffer_restore", true);
+  }
   const double gb = static_cast<double>(total) / 1e9;
   out.update({{"bytes", total},
               {"trainers", trainers},
@@ -343,6 +358,8 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
               {"cold_restore_gbps", gb / cold_restore_s},
               {"cold_reshard_restore_gbps", 2 * gb / cold_reshard_s},
               {"restore_gbps", gb / restore_s},
+              {"host_buffer_restore_gbps", host_s > 0 ? gb / host_s : 0.0},
+              {"cold_host_buffer_restore_gbps", cold_host_s > 0 ? gb / cold_host_s : 0.0},
               {"reshard_restore_s", reshard_s},
               // Every trainer receives half of every tensor: twice the checkpoint's bytes.
               {"reshard_restore_gbps", 2 * gb / reshard_s},

@@ -4,6 +4,7 @@
 // step after step.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,19 @@ TEST(MemoryTierTest, RestoresAfterATrainerRestartReadTheKeptStepsFromMemory) {
       ASSERT_TRUE(restored.ok()) << "trainer " << t << ", step " << step << ": " << restored.status();
       EXPECT_EQ(*restored, Rows(t, step, kRows)) << "trainer " << t << ", step " << step;
     }
+    // The same into a HostBuffer: the daemon copies from the tier straight into it.
+    auto buffer = HostBuffer::Allocate(kRows * 256 * 4);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    auto restored = cluster.Connect(t)->Restore(kRun, 3,
+                                                {{.name = "w",
+                                                  .dtype = kDtFloat,
+                                                  .box_start = {kRows * t, 0},
+                                                  .box_length = {kRows, 256},
+                                                  .data = (*buffer)->data(),
+                                                  .size = (*buffer)->size(),
+                                                  .host_buffer = buffer->get()}});
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(std::memcmp((*buffer)->data(), Rows(t, 3, kRows).data(), (*buffer)->size()), 0) << t;
     // Step 1 fell out of the tier (memory_steps 2): read from disk, it fails verification.
     EXPECT_EQ(RestoreOwnRows(cluster, t, 1, kRows).status().code(), absl::StatusCode::kDataLoss);
   }

@@ -142,6 +142,91 @@ TEST_F(SharedMemoryTest, RestoreIntoATooSmallTargetIsInvalidArgument) {
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
 }
 
+TEST_F(SharedMemoryTest, RestoresIntoHostBuffersAreBitExactOnEveryTransport) {
+  SaveAll("host", 1, Transport::kSharedMemory, true);
+  auto client = cluster_->Connect(0);
+  std::vector<float> want;
+  for (int t = 0; t < 4; ++t) {
+    const TrainerData d = MakeData(t, 1);
+    want.insert(want.end(), d.rows.begin(), d.rows.end());
+  }
+  const size_t w_bytes = want.size() * sizeof(float), bias_bytes = 5 * sizeof(int64_t);
+  // Both tensors in one buffer, the bias at an offset that is not page-aligned.
+  auto buffer = HostBuffer::Allocate(w_bytes + 64 + bias_bytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  char* w = (*buffer)->data();
+  char* bias = w + w_bytes + 64;
+  for (Transport transport : {Transport::kSharedMemory, Transport::kStream, Transport::kAuto}) {
+    std::memset((*buffer)->data(), 0xff, (*buffer)->size());
+    RestoreOptions options;
+    options.transport = transport;
+    RestoreStats stats;
+    options.stats = &stats;
+    auto restored = client->Restore(
+        "host", 1,
+        {{.name = "w", .dtype = 0, .data = w, .size = w_bytes, .host_buffer = buffer->get()},
+         {.name = "bias", .dtype = 0, .data = bias, .size = bias_bytes, .host_buffer = buffer->get()}},
+        options);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(std::memcmp(w, want.data(), w_bytes), 0) << static_cast<int>(transport);
+    EXPECT_EQ(std::memcmp(bias, MakeData(0, 1).bias.data(), bias_bytes), 0) << static_cast<int>(transport);
+    EXPECT_EQ(stats.bytes_delivered, static_cast<int64_t>(w_bytes + bias_bytes));
+  }
+  // A target that claims a buffer it does not lie in is refused before anything is sent.
+  std::vector<float> elsewhere(want.size());
+  auto wrong = client->Restore(
+      "host", 1,
+      {{.name = "w", .dtype = 0, .data = elsewhere.data(), .size = w_bytes, .host_buffer = buffer->get()}});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument) << wrong.status();
+  // A target smaller than the tensor: the daemon names the field.
+  auto small = client->Restore(
+      "host", 1, {{.name = "w", .dtype = 0, .data = w, .size = w_bytes - 4, .host_buffer = buffer->get()}});
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument) << small.status();
+  EXPECT_NE(small.status().message().find("host_memory.size"), std::string::npos) << small.status();
+}
+
+// Restores "bias" of run "host" step 1 with host_memory naming `fd` of this process,
+// returning the chunks of tensor data the reply carried.
+grpc::Status RawRestoreIntoHostMemory(const std::string& address, int fd, int64_t offset, int64_t size,
+                                      int* chunks) {
+  auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());
+  auto stub = v1::Ckptd::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::RestoreRequest request;
+  request.set_run("host");
+  request.set_step(1);
+  v1::TensorRequest* t = request.add_tensors();
+  t->set_name("bias");
+  t->mutable_host_memory()->set_fd(fd);
+  t->mutable_host_memory()->set_offset(offset);
+  t->mutable_host_memory()->set_size(size);
+  auto reader = stub->Restore(&ctx, request);
+  v1::RestoreResponse response;
+  *chunks = 0;
+  while (reader->Read(&response)) *chunks += response.has_chunk() ? 1 : 0;
+  return reader->Finish();
+}
+
+TEST_F(SharedMemoryTest, HostMemoryIsWrittenByTheDaemonAndNoChunkCarriesIt) {
+  SaveAll("host", 1, Transport::kSharedMemory, true);
+  auto buffer = HostBuffer::Allocate(4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  int chunks = -1;
+  grpc::Status s = RawRestoreIntoHostMemory(cluster_->Address(0), (*buffer)->fd(), 100, 40, &chunks);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(std::memcmp((*buffer)->data() + 100, MakeData(0, 1).bias.data(), 40), 0);
+  // A range past the segment's end, and an fd that is no memfd, are refused.
+  s = RawRestoreIntoHostMemory(cluster_->Address(0), (*buffer)->fd(), 4080, 40, &chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  const int file = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  s = RawRestoreIntoHostMemory(cluster_->Address(0), file, 0, 40, &chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("tensors[0].host_memory"), std::string::npos) << s.error_message();
+  ::close(file);
+}
+
 // Sends a raw Save whose header points at `fd` of this process.
 grpc::Status RawSave(const std::string& address, int fd, int64_t size) {
   auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());

@@ -47,6 +47,24 @@ TEST(Crc32cTest, InterleavedStreamsAgreeWithTheTableAtEveryBlockBoundary) {
   EXPECT_EQ(Value(data.data(), data.size()), ExtendPortableForTesting(0, data.data(), data.size()));
 }
 
+TEST(Crc32cTest, CopyAndExtendCopiesAndChecksumsLikeExtend) {
+  std::string data(1 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  // Across the 256 KiB chunk boundary, from unaligned starts, and empty.
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{4095}, size_t{256 << 10}, size_t{(256 << 10) + 1}, data.size() - 5}) {
+    for (size_t start : {size_t{0}, size_t{5}}) {
+      if (start + n > data.size()) continue;
+      std::string copy(n, 'x');
+      const uint32_t previous = static_cast<uint32_t>(n * 40503u);
+      EXPECT_EQ(CopyAndExtend(previous, copy.data(), data.data() + start, n),
+                Extend(previous, data.data() + start, n))
+          << "length " << n << " from byte " << start;
+      EXPECT_EQ(copy, data.substr(start, n)) << "length " << n << " from byte " << start;
+    }
+  }
+}
+
 TEST(Crc32cTest, MaskRoundTripAndDiffers) {
   const uint32_t crc = Value("foo", 3);
   EXPECT_NE(Mask(crc), crc);

@@ -4,6 +4,9 @@
 
 #include <cstring>
 
+#include "daemon/base/dtype.h"
+#include "daemon/bundle/bundle.h"
+
 namespace ckptd {
 namespace {
 
@@ -34,6 +37,54 @@ TEST(MemoryTierTest, AKeptFileReadsLikeTheFileWithZeroPaddingBetweenEntries) {
   EXPECT_EQ(ReadAll(*file, 9, 2), "or");
   EXPECT_NE(ReadAll(*file, 10, 7).find("OUT_OF_RANGE"), std::string::npos);
   EXPECT_EQ(tier.Open("/root/run/step-00000001/ckpt.index"), nullptr);
+}
+
+TEST(MemoryTierTest, AKeptFileSaysWhereWholeEntriesLieInMemoryAndThatTheyWereChecked) {
+  StagingArea staging;
+  MemoryTier tier(1);
+  std::vector<MemoryTier::Piece> pieces;
+  pieces.push_back(PieceOf(staging, 0, "hello"));
+  pieces.push_back(PieceOf(staging, 8, "world"));
+  tier.Keep({"run", 1}, "/f", 16, std::move(pieces));
+  std::unique_ptr<RandomAccessFile> file = tier.Open("/f");
+  ASSERT_NE(file, nullptr);
+  const RandomAccessFile::Held world = file->InMemory(8, 5);
+  ASSERT_NE(world.data, nullptr);
+  EXPECT_EQ(std::string(world.data, 5), "world");
+  EXPECT_TRUE(world.checked);
+  EXPECT_EQ(std::string(file->InMemory(1, 3).data, 3), "ell");
+  // Ranges that reach into padding or past the end are not one piece's bytes.
+  EXPECT_EQ(file->InMemory(3, 6).data, nullptr);
+  EXPECT_EQ(file->InMemory(5, 2).data, nullptr);
+  EXPECT_EQ(file->InMemory(12, 8).data, nullptr);
+}
+
+TEST(MemoryTierTest, CheckedCopyKeepsOnlyBytesThatMatchTheFilesChecksum) {
+  StagingArea staging;
+  std::string bytes(3 << 20, '\0');  // more than one of CopyAndExtend's chunks
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 + 7);
+  const MemoryTier::Piece from = PieceOf(staging, 0, bytes);
+  const uint32_t crc =
+      *EntryChecksum(kFloat, static_cast<int64_t>(bytes.size() / 4), bytes.data(), bytes.size());
+  absl::StatusOr<StagedBuffer> copy = MemoryTier::CheckedCopy(
+      from.bytes, *staging.Allocate(from.bytes.size()), kFloat, static_cast<int64_t>(bytes.size() / 4), crc);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(std::string(copy->data(), static_cast<size_t>(copy->size())), bytes);
+  // One byte changed since the file was written: the copy is refused.
+  absl::StatusOr<StagedBuffer> stale =
+      MemoryTier::CheckedCopy(from.bytes, *staging.Allocate(from.bytes.size()), kFloat,
+                              static_cast<int64_t>(bytes.size() / 4), crc ^ 1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kDataLoss) << stale.status();
+  // String tensors are checked the way TensorFlow checksums them.
+  const std::string strings = EncodeStringScalar("state");
+  const MemoryTier::Piece s = PieceOf(staging, 0, strings);
+  const uint32_t string_crc = *EntryChecksum(kString, 1, strings.data(), strings.size());
+  EXPECT_TRUE(
+      MemoryTier::CheckedCopy(s.bytes, *staging.Allocate(s.bytes.size()), kString, 1, string_crc).ok());
+  EXPECT_EQ(MemoryTier::CheckedCopy(s.bytes, *staging.Allocate(s.bytes.size()), kString, 1, string_crc + 1)
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST(MemoryTierTest, KeepsTheNewestStepsAndAnOpenFileOutlivesItsEviction) {

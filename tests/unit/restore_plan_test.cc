@@ -86,7 +86,7 @@ TEST_F(RestorePlanTest, PlansBoxesBytesAndTheSharedMemoryLayout) {
       {.name = "v"},
       {.name = "m", .box = Box{{1, 2}, {2, 3}}},
       {.name = "m", .dtype = kBfloat16},
-      {.name = "v", .to_device = true},
+      {.name = "v", .outside_reply = true},
   };
   auto plan = PlanRestore(*reader_, wants, Placement{});
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -50,6 +50,35 @@ struct DeviceMemory {
   std::string device_uuid;  // cudaDeviceProp.uuid, 16 bytes
 };
 
+// Host memory the daemon on this host can write restored bytes straight into: a
+// sealed memfd mapped into this process. A RestoreTarget whose bytes lie in one names
+// it (host_buffer) and is filled by the daemon directly, one copy from the daemon's
+// memory instead of two (into a reply segment, then out of it), on the shared-memory
+// path; streamed restores fill it like any memory. Keep a trainer's tensors in a few
+// large buffers rather than many small ones: the daemon keeps its mappings of at most
+// 16 segments per trainer process. Owns its memory; not copyable.
+class HostBuffer {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+  int fd() const { return fd_; }  // the memfd, as the daemon is told of it
+  bool Contains(const void* p, size_t n) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= data_ && c <= data_ + size_ && n <= static_cast<size_t>(data_ + size_ - c);
+  }
+
+ private:
+  HostBuffer(int fd, char* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  int fd_;
+  char* data_;
+  size_t size_;
+};
+
 struct TensorShard {
   std::string name{};
   int dtype = kDtFloat;
@@ -81,6 +110,9 @@ struct RestoreTarget {
   std::vector<std::pair<void*, size_t>> device_data{};
   // Instead of data/size: deliver the box's bytes into device memory (not with use_layout).
   std::optional<DeviceMemory> device_memory{};
+  // The HostBuffer that data/size lie in, when they do: the daemon writes them there
+  // itself (not with use_layout or device_memory).
+  const HostBuffer* host_buffer = nullptr;
 };
 
 // How bytes travel between trainer and daemon. kAuto uses shared memory when the
@@ -192,7 +224,7 @@ class Client {
   ~Client();
 
  private:
-  class Segment;
+  using Segment = HostBuffer;  // the reply and save segments the client pools
   Client(std::shared_ptr<grpc::Channel> channel, bool local);
   absl::StatusOr<SaveResult> SaveVia(bool shared_memory, v1::SaveHeader header,
                                      const std::vector<std::pair<const void*, size_t>>& pieces,

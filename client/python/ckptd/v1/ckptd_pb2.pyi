@@ -392,20 +392,22 @@ class TensorDescriptor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_boxes: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ...) -> None: ...
 
 class TensorRequest(_message.Message):
-    __slots__ = ["box", "device_memory", "dtype", "layout", "name", "shape"]
+    __slots__ = ["box", "device_memory", "dtype", "host_memory", "layout", "name", "shape"]
     BOX_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    HOST_MEMORY_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     box: Box
     device_memory: DeviceMemory
     dtype: int
+    host_memory: SharedMemory
     layout: Layout
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ..., host_memory: _Optional[_Union[SharedMemory, _Mapping]] = ...) -> None: ...
 
 class WaitResponse(_message.Message):
     __slots__ = ["path"]

@@ -641,13 +641,12 @@ absl::Status BundleReader::CheckEntryRange(const std::string& label, const tf::B
 absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst) {
   RETURN_IF_ERROR(CheckEntryRange(label, entry));
   auto file = DataFileHandle(entry.shard_id());
-  const RandomAccessFile::Held held =
+  const char* held =
       (*file)->InMemory(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()));
-  if (held.data != nullptr && held.checked) {
-    std::memcpy(dst, held.data, static_cast<size_t>(entry.size()));
+  if (held != nullptr) {
+    std::memcpy(dst, held, static_cast<size_t>(entry.size()));
     return absl::OkStatus();
   }
-  if (held.data != nullptr && entry.dtype() != kString) return CopyCheckedEntry(label, entry, held.data, dst);
   absl::Status s =
       (*file)->Read(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()), dst);
   if (absl::IsOutOfRange(s)) {
@@ -682,19 +681,6 @@ absl::Status BundleReader::ReadEntries(uint64_t offset, uint64_t span, const std
   return absl::OkStatus();
 }
 
-absl::Status BundleReader::CopyCheckedEntry(const std::string& label, const tf::BundleEntryProto& entry,
-                                            const char* held, char* dst) const {
-  const uint32_t crc = crc32c::CopyAndExtend(0, dst, held, static_cast<size_t>(entry.size()));
-  return crc32c::Mask(crc) == entry.crc32c() ? absl::OkStatus() : ChecksumMismatch(label, entry);
-}
-
-absl::Status BundleReader::ChecksumMismatch(const std::string& label,
-                                            const tf::BundleEntryProto& entry) const {
-  return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ",
-                                          DataFile(entry.shard_id()), " at offset ", entry.offset(), " (",
-                                          entry.size(), " bytes)"));
-}
-
 absl::Status BundleReader::CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
                                            const char* data) const {
   const std::string file_name = DataFile(entry.shard_id());
@@ -706,7 +692,11 @@ absl::Status BundleReader::CheckEntryBytes(const std::string& label, const tf::B
     return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ",
                                             file_name, " at offset ", entry.offset()));
   }
-  return *actual == entry.crc32c() ? absl::OkStatus() : ChecksumMismatch(label, entry);
+  if (*actual != entry.crc32c()) {
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ", file_name,
+                                            " at offset ", entry.offset(), " (", entry.size(), " bytes)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status BundleReader::CheckBoxReadable(const TensorInfo& info, const Box& box) {

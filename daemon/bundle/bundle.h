@@ -215,11 +215,6 @@ class BundleReader {
   // naming the piece and file on a mismatch.
   absl::Status CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
                                const char* data) const;
-  // Copies one entry's bytes from memory that already holds them (a file's InMemory)
-  // to dst and checks their crc32c on the way, as ReadEntry does. Not for strings.
-  absl::Status CopyCheckedEntry(const std::string& label, const tf::BundleEntryProto& entry, const char* held,
-                                char* dst) const;
-  absl::Status ChecksumMismatch(const std::string& label, const tf::BundleEntryProto& entry) const;
   BundleReader(FileSystem* fs, std::string prefix) : fs_(fs), prefix_(std::move(prefix)) {}
   absl::StatusOr<RandomAccessFile*> DataFileHandle(int shard);
 

@@ -49,14 +49,14 @@ class MemoryFile final : public RandomAccessFile {
   uint64_t Size() const override { return size_; }
   // Kept bytes were checked against the data file's checksums when they were kept
   // (MemoryTier::Keep's contract) and only this daemon can write them.
-  Held InMemory(uint64_t offset, size_t n) const override {
-    if (offset > size_ || n > size_ - offset) return {};
+  const char* InMemory(uint64_t offset, size_t n) const override {
+    if (offset > size_ || n > size_ - offset) return nullptr;
     auto it = std::upper_bound(pieces_->begin(), pieces_->end(), offset,
                                [](uint64_t off, const MemoryTier::Piece& p) { return off < p.offset; });
-    if (it == pieces_->begin()) return {};
+    if (it == pieces_->begin()) return nullptr;
     --it;  // the last piece that starts at or before `offset`
-    if (offset + n > it->offset + static_cast<uint64_t>(it->bytes.size())) return {};
-    return {.data = it->bytes.data() + (offset - it->offset), .checked = true};
+    if (offset + n > it->offset + static_cast<uint64_t>(it->bytes.size())) return nullptr;
+    return it->bytes.data() + (offset - it->offset);
   }
 
  private:

@@ -33,17 +33,13 @@ class RandomAccessFile {
   virtual absl::Status Read(uint64_t offset, size_t n, char* dst) const = 0;
   virtual uint64_t Size() const = 0;
   // Where bytes [offset, offset + n) already lie in this process's memory, contiguous
-  // and unchanging while the file is open, so a caller can copy them without reading
-  // them first. `checked`: they were checked against the checksums the file was
-  // written with when they were put there, so readers need not check them again.
-  struct Held {
-    const char* data = nullptr;  // null: not in memory (Read them)
-    bool checked = false;
-  };
-  virtual Held InMemory(uint64_t offset, size_t n) const {
+  // and unchanging while the file is open, and already checked against the checksums
+  // the file was written with: a reader copies them without reading or checking them
+  // again. Null when they do not (Read them).
+  virtual const char* InMemory(uint64_t offset, size_t n) const {
     (void)offset;
     (void)n;
-    return {};
+    return nullptr;
   }
   // Reads consecutive bytes from `offset` into `pieces`, in order, as one request
   // where the file can (preadv): a large read into many buffers. This default reads

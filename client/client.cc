@@ -166,6 +166,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
+  // A trainer often starts beside its daemon, before the daemon listens. gRPC's
+  // default reconnect backoff (1 s, growing 1.6x) would then keep it waiting seconds
+  // after the daemon is up; retrying every 100 ms, at most every 2 s, costs nothing
+  // against a daemon on the same host or network.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (tls != nullptr) {
     grpc::SslCredentialsOptions options;

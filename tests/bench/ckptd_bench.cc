@@ -498,7 +498,8 @@ int ServePlainGrpc(const std::string& socket, int64_t bytes) {
   sigaddset(&stop, SIGTERM);
   int signal = 0;
   sigwait(&stop, &signal);  // SIGTERM is blocked in every thread (see main)
-  server->Shutdown();
+  // The client has finished with it: nothing in flight to wait for.
+  server->Shutdown(std::chrono::system_clock::now());
   std::free(source);
   return 0;
 }
@@ -532,6 +533,8 @@ json Grpc(const std::string& socket_template, const std::string& dir, int64_t by
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kPlainMessageLimit);
   args.SetMaxSendMessageSize(kPlainMessageLimit);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);  // as ckptd's client: the server starts now
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   auto channel = grpc::CreateCustomChannel("unix:" + plain_socket, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(60)))) {
     ::kill(server, SIGKILL);

@@ -218,6 +218,11 @@ class Client:
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
+            # A trainer often starts before its daemon listens: retry every 100 ms (at
+            # most every 2 s), not after gRPC's default backoff of 1 s and growing.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
         ])
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)

@@ -28,6 +28,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# Twice as many tests as cores: most of a test's time is spent waiting on its daemons
+# (process starts, mpirun, commits), so on 2 cores 4 at a time finish the suite in
+# about two thirds of the time 2 at a time take.
+JOBS=$(( $(nproc) * 2 ))
 # Open MPI refuses root without these; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 SUPP="$PWD/tests/sanitizers"
@@ -35,7 +39,7 @@ SUPP="$PWD/tests/sanitizers"
 case "$MODE" in
   normal)
     bash scripts/build.sh
-    ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
+    ctest --test-dir build --output-on-failure -j "$JOBS" "$@"
     ;;
   asan|tsan)
     bash scripts/install-deps.sh
@@ -61,7 +65,7 @@ case "$MODE" in
     # the normal run covers: the benchmark smoke, the install test, pip's install of
     # the Python client, and the checks that compile nothing of ours (the stub diff and
     # the stand-alone scan).
-    ctest --test-dir "$DIR" --output-on-failure -j "$(nproc)" \
+    ctest --test-dir "$DIR" --output-on-failure -j "$JOBS" \
       -E '^(bench_smoke|install_and_find_package|python_packaging|python_stubs_match_proto|repository_stands_alone)$' "$@"
     ;;
   lint)

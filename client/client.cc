@@ -264,29 +264,27 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
   v1::SaveRequest message;
   *message.mutable_header() = std::move(header);
   bool open = writer->Write(message);
-  // Pack consecutive pieces into chunks of up to 4 MiB.
-  std::string chunk;
+  // Pack consecutive pieces into chunks of up to 4 MiB. One message is reused: its
+  // buffer keeps its pages, where a fresh 4 MiB string per chunk would page-fault
+  // through every chunk (first touch runs at a fraction of memcpy speed).
+  v1::SaveRequest data;
+  std::string* chunk = data.mutable_data();
+  chunk->reserve(shared_memory ? 0 : wire::kSaveChunkBytes);
   for (size_t i = 0; !shared_memory && open && i < pieces.size(); ++i) {
     const char* p = static_cast<const char*>(pieces[i].first);
     size_t left = pieces[i].second;
     while (open && left > 0) {
-      const size_t n = std::min(left, wire::kSaveChunkBytes - chunk.size());
-      chunk.append(p, n);
+      const size_t n = std::min(left, wire::kSaveChunkBytes - chunk->size());
+      chunk->append(p, n);
       p += n;
       left -= n;
-      if (chunk.size() == wire::kSaveChunkBytes) {
-        v1::SaveRequest data;
-        data.set_data(std::move(chunk));
-        chunk.clear();
+      if (chunk->size() == wire::kSaveChunkBytes) {
         open = writer->Write(data);
+        chunk->clear();
       }
     }
   }
-  if (open && !chunk.empty()) {
-    v1::SaveRequest data;
-    data.set_data(std::move(chunk));
-    writer->Write(data);
-  }
+  if (open && !chunk->empty()) writer->Write(data);
   writer->WritesDone();
   const absl::Status status = FromGrpcStatus(writer->Finish());
   if (segment != nullptr) {

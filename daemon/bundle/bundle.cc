@@ -656,6 +656,13 @@ absl::Status BundleReader::ReadEntry(const std::string& label, const tf::BundleE
   return CheckEntryBytes(label, entry, dst);
 }
 
+const char* BundleReader::KeptEntry(const tf::BundleEntryProto& entry) {
+  if (!CheckEntryRange("", entry).ok()) return nullptr;
+  absl::StatusOr<RandomAccessFile*> file = DataFileHandle(entry.shard_id());
+  if (!file.ok()) return nullptr;
+  return (*file)->InMemory(static_cast<uint64_t>(entry.offset()), static_cast<size_t>(entry.size()));
+}
+
 absl::Status BundleReader::ReadEntries(uint64_t offset, uint64_t span, const std::vector<EntryRead>& reads) {
   if (reads.empty()) return absl::OkStatus();
   const int shard = reads.front().entry->shard_id();

@@ -171,6 +171,10 @@ class BundleReader {
   // Reads one entry's bytes into dst (entry.size() bytes) and checks its crc32c.
   // DATA_LOSS naming the piece and file on a mismatch or a range past the file's end.
   absl::Status ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst);
+  // Where the entry's bytes already lie in memory, checked (RandomAccessFile::InMemory),
+  // so that a caller may send them from there without copying or reading them; null
+  // when they do not, or when its data file cannot be opened (ReadEntry says why).
+  const char* KeptEntry(const tf::BundleEntryProto& entry);
   // One entry of a ReadEntries batch.
   struct EntryRead {
     std::string label;

@@ -66,7 +66,9 @@ std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const Res
 absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                       int threads);
 // The same for items [begin, end) only (outputs still has one entry per item), so a
-// caller can send some items while it reads the next ones. One call at a time per reader.
+// caller can send some items while it reads the next ones; an item whose output is
+// null is not read (the caller sends its bytes from where they are kept, see
+// BundleReader::KeptEntry). One call at a time per reader.
 absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
                            int threads, size_t begin, size_t end);
 

@@ -11,7 +11,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/types/span.h"
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/base/metrics.h"
 #include "daemon/coord/memory_tier.h"
@@ -132,9 +134,10 @@ class CkptdService final
                                                 const std::shared_ptr<SharedSegment>& mapped,
                                                 std::vector<std::shared_ptr<SharedSegment>> host_memory,
                                                 absl::Time deadline, bool defer_streamed);
-  // Staging buffers for streamed items [begin, end), waiting for room until `deadline`.
+  // Staging buffers for streamed items [begin, end), waiting for room until `deadline`;
+  // none for items whose `kept` bytes are sent as they are (kept may be empty).
   absl::Status AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end, absl::Time deadline,
-                                RestoreOutputs& out);
+                                RestoreOutputs& out, const std::vector<absl::Span<const char>>& kept = {});
   // The trainer's segment for a shared-memory reply (null for a streamed one),
   // INVALID_ARGUMENT when it is smaller than the plan needs.
   absl::StatusOr<std::shared_ptr<SharedSegment>> MapReplySegment(const std::string& peer,
@@ -213,15 +216,18 @@ class CkptdService final
                            grpc::ServerWriter<v1::RestoreResponse>* writer);
   // Reads the plan's items in groups of about 64 MiB, each into staging buffers it
   // allocates then, and sends each group's chunks while the next group is read: the
-  // transfer overlaps the reads instead of following them. A failed read stops the
-  // stream there. The header must already be sent; `out` from PrepareOutputs with
-  // defer_streamed.
+  // transfer overlaps the reads instead of following them. Items that are whole
+  // entries kept in memory (the memory tier) are sent from there, with no copy into
+  // staging. A failed read stops the stream there. The header must already be sent;
+  // `out` from PrepareOutputs with defer_streamed.
   absl::Status ReadAndStream(BundleReader& reader, const RestorePlan& plan, absl::Time deadline,
                              RestoreOutputs& out, grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
-  // Sends buffers [begin, end) as chunks, freeing each once sent.
-  static absl::Status SendChunks(std::vector<StagedBuffer>& buffers, size_t begin, size_t end,
+  // Sends items [begin, end) as chunks: from kept[i] where it is not empty (kept may
+  // be empty), else from buffers[i], freeing each buffer once sent.
+  static absl::Status SendChunks(std::vector<StagedBuffer>& buffers,
+                                 const std::vector<absl::Span<const char>>& kept, size_t begin, size_t end,
                                  grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;

@@ -123,6 +123,18 @@ TEST(MemoryTierTest, RestoresAfterATrainerRestartReadTheKeptStepsFromMemory) {
                                                   .host_buffer = buffer->get()}});
     ASSERT_TRUE(restored.ok()) << restored.status();
     EXPECT_EQ(std::memcmp((*buffer)->data(), Rows(t, 3, kRows).data(), (*buffer)->size()), 0) << t;
+    // The same over the gRPC stream: chunks are sent from the tier's copy itself.
+    std::vector<float> streamed(static_cast<size_t>(kRows * 256));
+    restored = cluster.Connect(t)->Restore(kRun, 3,
+                                           {{.name = "w",
+                                             .dtype = kDtFloat,
+                                             .box_start = {kRows * t, 0},
+                                             .box_length = {kRows, 256},
+                                             .data = streamed.data(),
+                                             .size = streamed.size() * 4}},
+                                           RestoreOptions{.transport = Transport::kStream});
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(streamed, Rows(t, 3, kRows)) << t;
     // Step 1 fell out of the tier (memory_steps 2): read from disk, it fails verification.
     EXPECT_EQ(RestoreOwnRows(cluster, t, 1, kRows).status().code(), absl::StatusCode::kDataLoss);
   }

@@ -242,10 +242,10 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
 absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader header,
                                            const std::vector<std::pair<const void*, size_t>>& pieces,
                                            const SaveOptions& options) {
+  size_t total = 0;
+  for (const auto& piece : pieces) total += piece.second;
   std::unique_ptr<Segment> segment;
   if (shared_memory) {
-    size_t total = 0;
-    for (const auto& piece : pieces) total += piece.second;
     ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
     char* out = segment->data();
     for (const auto& [data, size] : pieces) {
@@ -269,7 +269,7 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
   // through every chunk (first touch runs at a fraction of memcpy speed).
   v1::SaveRequest data;
   std::string* chunk = data.mutable_data();
-  chunk->reserve(shared_memory ? 0 : wire::kSaveChunkBytes);
+  if (!shared_memory) chunk->reserve(std::min(total, wire::kSaveChunkBytes));
   for (size_t i = 0; !shared_memory && open && i < pieces.size(); ++i) {
     const char* p = static_cast<const char*>(pieces[i].first);
     size_t left = pieces[i].second;

@@ -471,7 +471,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
       out.device_buffers[i] = StagedBuffer();
     }
     if (!writer->Write(header_message)) return absl::CancelledError("client went away");
-    RETURN_IF_ERROR(SendChunks(out.streamed, {}, 0, out.streamed.size(), writer));
+    RETURN_IF_ERROR(SendChunks(out, 0, out.streamed.size(), writer));
   }
   restore_peer_bytes_ += stack.counts.peer_bytes.load();
   restore_bytes_delivered_ += static_cast<uint64_t>(delivered);
@@ -545,6 +545,7 @@ absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
   RestoreOutputs out;
   out.host_memory = std::move(host_memory);
   out.streamed.resize(plan.items.size());
+  out.kept.resize(plan.items.size());
   out.device_buffers.resize(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (wants.devices[i].has_value()) {
@@ -578,12 +579,11 @@ absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
 }
 
 absl::Status CkptdService::AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end,
-                                            absl::Time deadline, RestoreOutputs& out,
-                                            const std::vector<absl::Span<const char>>& kept) {
+                                            absl::Time deadline, RestoreOutputs& out) {
   static char nothing;  // an empty box: zero bytes read to a valid address
   for (size_t i = begin; i < end; ++i) {
-    if (out.destinations[i] != nullptr) continue;              // bound for a device or host memory
-    if (!kept.empty() && kept[i].data() != nullptr) continue;  // sent as it is kept
+    if (out.destinations[i] != nullptr) continue;  // bound for a device or host memory
+    if (out.kept[i].data() != nullptr) continue;   // sent as it is kept
     if (plan.items[i].bytes == 0) {
       out.destinations[i] = &nothing;
       continue;
@@ -629,20 +629,19 @@ absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan
   // Whole entries kept in memory in the dtype asked for go out from there as they are:
   // the tier checked them when it kept them, and a copy into staging would only add a
   // pass over the bytes.
-  std::vector<absl::Span<const char>> kept(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const RestoreItem& item = plan.items[i];
     if (item.bytes > 0 && item.boxes.size() == 1 && item.info.pieces.size() == 1 &&
         item.info.pieces[0].box == item.boxes[0] && item.dtype == item.info.dtype && item.dtype != kString &&
         item.info.pieces[0].entry.size() == item.bytes) {
       if (const char* held = reader.KeptEntry(item.info.pieces[0].entry); held != nullptr) {
-        kept[i] = absl::MakeConstSpan(held, static_cast<size_t>(item.bytes));
+        out.kept[i] = absl::MakeConstSpan(held, static_cast<size_t>(item.bytes));
       }
     }
   }
   absl::Status read;  // of the group read last; written by `next` only while it runs
   auto read_group = [&](size_t g) {
-    read = AllocateStreamed(plan, groups[g].first, groups[g].second, deadline, out, kept);
+    read = AllocateStreamed(plan, groups[g].first, groups[g].second, deadline, out);
     if (read.ok()) {
       read = ReadPlanItems(reader, plan, out.destinations, kRestoreReadThreads, groups[g].first,
                            groups[g].second);
@@ -653,31 +652,30 @@ absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan
     RETURN_IF_ERROR(read);
     std::thread next;
     if (g + 1 < groups.size()) next = std::thread(read_group, g + 1);
-    const absl::Status sent = SendChunks(out.streamed, kept, groups[g].first, groups[g].second, writer);
+    const absl::Status sent = SendChunks(out, groups[g].first, groups[g].second, writer);
     if (next.joinable()) next.join();
     RETURN_IF_ERROR(sent);
   }
   return absl::OkStatus();
 }
 
-absl::Status CkptdService::SendChunks(std::vector<StagedBuffer>& buffers,
-                                      const std::vector<absl::Span<const char>>& kept, size_t begin,
-                                      size_t end, grpc::ServerWriter<v1::RestoreResponse>* writer) {
+absl::Status CkptdService::SendChunks(RestoreOutputs& out, size_t begin, size_t end,
+                                      grpc::ServerWriter<v1::RestoreResponse>* writer) {
   // One message for every chunk: its data string keeps its capacity from one chunk to
   // the next, so the stream allocates nothing per chunk.
   v1::RestoreResponse message;
   v1::RestoreChunk* chunk = message.mutable_chunk();
   for (size_t i = begin; i < end; ++i) {
-    const bool from_kept = !kept.empty() && kept[i].data() != nullptr;
-    const char* data = from_kept ? kept[i].data() : buffers[i].data();
-    const size_t size = from_kept ? kept[i].size() : static_cast<size_t>(buffers[i].size());
+    const bool from_kept = out.kept[i].data() != nullptr;
+    const char* data = from_kept ? out.kept[i].data() : out.streamed[i].data();
+    const size_t size = from_kept ? out.kept[i].size() : static_cast<size_t>(out.streamed[i].size());
     for (size_t off = 0; off < size; off += wire::kRestoreChunkBytes) {
       chunk->set_tensor_index(static_cast<int>(i));
       chunk->set_offset(static_cast<int64_t>(off));
       chunk->mutable_data()->assign(data + off, std::min(size - off, wire::kRestoreChunkBytes));
       if (!writer->Write(message)) return absl::CancelledError("client went away");
     }
-    buffers[i] = StagedBuffer();  // memory back as soon as it is sent
+    out.streamed[i] = StagedBuffer();  // memory back as soon as it is sent
   }
   return absl::OkStatus();
 }

@@ -122,6 +122,9 @@ class CkptdService final
     std::vector<StagedBuffer> streamed;                       // unallocated where the bytes go elsewhere
     std::vector<StagedBuffer> device_buffers;                 // unallocated where not for a device
     std::vector<std::shared_ptr<SharedSegment>> host_memory;  // null where not for host memory
+    // Streamed items sent straight from bytes kept in memory (ReadAndStream); empty
+    // spans for the others, which go through `streamed`.
+    std::vector<absl::Span<const char>> kept;
   };
   // The trainer's segment ranges that items asking for host_memory go straight into
   // (null for the others); INVALID_ARGUMENT when a range's size is not the item's.
@@ -135,9 +138,9 @@ class CkptdService final
                                                 std::vector<std::shared_ptr<SharedSegment>> host_memory,
                                                 absl::Time deadline, bool defer_streamed);
   // Staging buffers for streamed items [begin, end), waiting for room until `deadline`;
-  // none for items whose `kept` bytes are sent as they are (kept may be empty).
+  // none for items sent from out.kept.
   absl::Status AllocateStreamed(const RestorePlan& plan, size_t begin, size_t end, absl::Time deadline,
-                                RestoreOutputs& out, const std::vector<absl::Span<const char>>& kept = {});
+                                RestoreOutputs& out);
   // The trainer's segment for a shared-memory reply (null for a streamed one),
   // INVALID_ARGUMENT when it is smaller than the plan needs.
   absl::StatusOr<std::shared_ptr<SharedSegment>> MapReplySegment(const std::string& peer,
@@ -224,10 +227,9 @@ class CkptdService final
                              RestoreOutputs& out, grpc::ServerWriter<v1::RestoreResponse>* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
-  // Sends items [begin, end) as chunks: from kept[i] where it is not empty (kept may
-  // be empty), else from buffers[i], freeing each buffer once sent.
-  static absl::Status SendChunks(std::vector<StagedBuffer>& buffers,
-                                 const std::vector<absl::Span<const char>>& kept, size_t begin, size_t end,
+  // Sends items [begin, end) as chunks: from out.kept[i] where it is set, else from
+  // out.streamed[i], freeing each staging buffer once sent.
+  static absl::Status SendChunks(RestoreOutputs& out, size_t begin, size_t end,
                                  grpc::ServerWriter<v1::RestoreResponse>* writer);
 
   ServiceContext context_;

@@ -381,6 +381,38 @@ def test_gc_applies_retention_and_removes_what_a_crash_left(job, tmp_path):
     assert r.returncode == 0 and "gc: 100% (1 of 1 steps)" in r.stderr, r.stderr
 
 
+def run_with_stderr_on_a_terminal(argv):
+    """Runs argv with stderr on a pseudo-terminal; returns (CompletedProcess, what it wrote there).
+
+    The terminal is drained until the last writer closes it (EIO), not with one read:
+    a single read returns only what the line discipline has passed on so far, and
+    output larger than the terminal's buffer would block the child."""
+    import pty
+    import threading
+    leader, follower = pty.openpty()
+    chunks = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        r = subprocess.run([str(a) for a in argv], stdout=subprocess.PIPE, stderr=follower, timeout=120)
+    finally:
+        os.close(follower)
+        reader.join(timeout=120)
+        os.close(leader)
+    return r, b"".join(chunks).decode()
+
+
 def test_export_never_overwrites_unasked_and_shards_large_models(job, tmp_path):
     tensors = model(4)
     run_dir = save(job, "ex", 4, tensors, trainer_state={"next_step": b"5"})
@@ -406,13 +438,7 @@ def test_export_never_overwrites_unasked_and_shards_large_models(job, tmp_path):
     assert r.returncode == 0 and "skipped 2 with no npy dtype" in r.stdout, r.stdout + r.stderr
     assert "export: 100%" in r.stderr and not list(tmp_path.glob("npy/**/*.partial")), r.stderr
     # On a terminal, a progress bar (stderr through a pseudo-terminal).
-    import pty
-    leader, follower = pty.openpty()
-    r = subprocess.run([CKPTCTL, "export", run_dir, "--out", str(tmp_path / "tty")], stdout=subprocess.PIPE,
-                       stderr=follower, timeout=120)
-    os.close(follower)
-    bar = os.read(leader, 65536).decode()
-    os.close(leader)
+    r, bar = run_with_stderr_on_a_terminal([CKPTCTL, "export", run_dir, "--out", str(tmp_path / "tty")])
     assert r.returncode == 0 and "\rexport [" in bar and "100%" in bar, bar
     assert ckptctl("export", run_dir, "--out", tmp_path / "npy").returncode == 2
     assert ckptctl("export", run_dir, "--out", tmp_path / "npy", "--force").returncode == 0

@@ -59,6 +59,17 @@ if r["raw_tool"] == "fio":
         sys.exit(f"bench.json: raw write {r['raw_write_config']} is not the sweep's best {best['config']}")
     if len({c["engine"] for c in r["fio_configs"]}) < 3:
         sys.exit("bench.json: the fio sweep did not try psync, libaio and io_uring")
+    # A write's figure counts its fdatasync, as save-to-durable counts the daemon's.
+    for c in r["fio_configs"]:
+        counted = c["write_bytes"] / (c["write_s"] + c["write_fsync_s"]) / 1e9
+        if not c["write_fsync_s"] >= 0 or abs(c["write_gbps"] - counted) > 1e-9 * counted:
+            sys.exit(f"bench.json: {c['config']} write {c['write_gbps']} GB/s leaves out its fdatasync")
+    if not r["raw_write_fsync_s"] >= 0 or r["raw_write_s"] <= 0:
+        sys.exit("bench.json: the ceiling's write carries no write and fdatasync times")
+    # Every run's save is also held to the winning configuration's write just before it.
+    for run in r["runs"]:
+        if not run.get("raw_write_beside_gbps", 0) > 0 or not run.get("save_vs_raw_write_beside", 0) > 0:
+            sys.exit("bench.json: a ckptd run without the write measured beside it")
 # Every restore figure carries bytes read from storage beside bytes delivered.
 for phase, times in (("restore", 1), ("reshard_restore", 2), ("dp_restore", r["trainers"])):
     x = r["restores"][phase]

@@ -113,6 +113,11 @@ if CEILING=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" "${QUICK
   BASE=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); j.update(json.loads(sys.argv[2])); print(json.dumps(j))" "$BASE" "$CEILING")
 fi
 
+# Before every run, the winning write configuration again: this disk's speed drifts
+# (it throttles after bursts), so each run's save is also held to a write beside it.
+WRITE_CONFIG=""
+[ "$RAW_TOOL" = fio ] &&
+  WRITE_CONFIG=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["raw_write_config"])' "$BASE")
 RUNS=()
 for RUN in $(seq "$REPEAT"); do
   echo "== ckptd: 2 daemons, 4 trainers (run $RUN of $REPEAT)" >&2
@@ -121,13 +126,9 @@ for RUN in $(seq "$REPEAT"); do
   "${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root" --socket "$SOCK" --commit-timeout 600s \
     > "$WORK/daemons.log" 2>&1 &
   MPIRUN_PID=$!
-  # The winning write configuration again just before the run: this disk's speed drifts
-  # (it throttles after bursts), so each run's save is also held to a write beside it.
   BESIDE="{}"
-  if [ "$RAW_TOOL" = fio ]; then
-    CONFIG=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["raw_write_config"])' "$BASE")
-    BESIDE=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" --write-only "$CONFIG")
-  fi
+  [ -n "$WRITE_CONFIG" ] &&
+    BESIDE=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" --write-only "$WRITE_CONFIG")
   RUN_JSON=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
     cat "$WORK/daemons.log" >&2; exit 1; }
   RUNS+=("$(/usr/bin/python3 -c '

@@ -49,10 +49,20 @@ def drop_page_cache():
         return False
 
 
+def fio_files(directory):
+    """The files the fio jobs below write in directory."""
+    return glob.glob(os.path.join(directory, "ceiling.*"))
+
+
+def remove_fio_files(directory):
+    for path in fio_files(directory):
+        os.unlink(path)
+
+
 def sync_files(directory):
     """Seconds to fdatasync every file fio wrote in directory (the write's flush)."""
     start = time.monotonic()
-    for path in glob.glob(os.path.join(directory, "ceiling.*")):
+    for path in fio_files(directory):
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fdatasync(fd)
@@ -91,6 +101,12 @@ def name(engine, iodepth, jobs):
     return f"{engine} qd{iodepth} x{jobs} job{'s' if jobs > 1 else ''}"
 
 
+def parse_name(config):
+    """(engine, iodepth, jobs) from a name() such as "io_uring qd16 x2 jobs"; ValueError if not one."""
+    engine, depth, jobs = config.split()[:3]
+    return engine, int(depth.removeprefix("qd")), int(jobs.removeprefix("x"))
+
+
 def main():
     if len(sys.argv) < 3 or shutil.which("fio") is None:
         return 3
@@ -98,8 +114,7 @@ def main():
     if sys.argv[3:4] == ["--write-only"]:
         config = sys.argv[4] if len(sys.argv) > 4 else ""
         try:
-            engine, depth, jobs = config.split()[:3]
-            iodepth, jobs = int(depth.removeprefix("qd")), int(jobs.removeprefix("x"))
+            engine, iodepth, jobs = parse_name(config)
         except ValueError:
             print(f"bench_ceiling: --write-only takes a configuration like 'io_uring qd16 x2 jobs', not '{config}'",
                   file=sys.stderr)
@@ -110,8 +125,7 @@ def main():
             print(f"bench_ceiling: {e}", file=sys.stderr)
             return 3
         finally:
-            for path in glob.glob(os.path.join(directory, "ceiling.*")):
-                os.unlink(path)
+            remove_fio_files(directory)
         print(json.dumps({"raw_write_gbps": write["gbps"], "raw_write_s": write["write_s"],
                           "raw_write_fsync_s": write["fsync_s"], "raw_write_config": name(engine, iodepth, jobs)}))
         return 0
@@ -123,8 +137,7 @@ def main():
         write = fio(directory, "write", engine, iodepth, jobs, nbytes)
         dropped = drop_page_cache() and dropped
         read = fio(directory, "read", engine, iodepth, jobs, nbytes)
-        for path in glob.glob(os.path.join(directory, "ceiling.*")):
-            os.unlink(path)
+        remove_fio_files(directory)
         return write, read
 
     try:

@@ -154,9 +154,11 @@ int ReapOne(io_uring* ring, unsigned depth, std::vector<unsigned>& free_slots, u
 // Keeps several O_DIRECT writes of one large range in flight through io_uring. A disk
 // reaches its ceiling only with requests queued: one pwrite at a time leaves it idle
 // between requests (measured here by scripts/bench_ceiling.py: psync at queue depth 1
-// writes about half of what libaio or io_uring at depth 16 do). Owned by one file and
-// used by one thread at a time, as the file is. Without liburing at build time, or
-// where the kernel refuses io_uring, Create returns null and writes stay synchronous.
+// writes about half of what libaio or io_uring at depth 16 do). Each chunk is copied
+// into its slot of a BounceRegions region first (see there why), and goes from the
+// source where no region could be had. Owned by one file and used by one thread at a
+// time, as the file is. Without liburing at build time, or where the kernel refuses
+// io_uring, Create returns null and writes stay synchronous.
 class QueuedWriter {
  public:
   static constexpr size_t kChunk = BounceRegions::kSlotBytes;

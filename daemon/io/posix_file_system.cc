@@ -237,10 +237,6 @@ class QueuedWriter {
 #endif
 };
 
-// Large sequential writes with O_DIRECT: appends gather in an aligned buffer that is
-// written in whole blocks; aligned appends bypass it, and a large one is written with
-// several chunks in flight (QueuedWriter). The unaligned tail is written after clearing
-// O_DIRECT, just before the fdatasync that makes everything durable.
 // Reads one range of an O_DIRECT descriptor through a pooled region's slots, with up
 // to kSlots chunk reads in flight, and hands each chunk to `deliver` as it lands (in
 // any order). One per call: a RandomAccessFile is read from several threads at once.
@@ -327,6 +323,10 @@ class QueuedReader {
 #endif
 };
 
+// Large sequential writes with O_DIRECT: appends gather in an aligned buffer that is
+// written in whole blocks; aligned appends bypass it, and a large one is written with
+// several chunks in flight (QueuedWriter). The unaligned tail is written after clearing
+// O_DIRECT, just before the fdatasync that makes everything durable.
 class DirectWritableFile : public WritableFile {
  public:
   static constexpr size_t kBlock = 4096;

@@ -2,9 +2,9 @@
 // with O_DIRECT (a disk file system, large appends with several writes in flight) and
 // without (tmpfs), through both file systems;
 // and reads of any range return the same bytes on either read path. Large appends
-// are copied through a writer's pooled staging slots before they are queued: appends
-// longer than all slots together, from writers running at once and one after another,
-// land byte for byte too.
+// and reads are copied through pooled slots on their way: ranges longer than all slots
+// together, from several threads at once and one after another, into memory at any
+// address and into pieces that split the slots' chunks, land byte for byte too.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -286,10 +286,27 @@ grpc::ServerUnaryReactor* CkptdService::Barrier(grpc::CallbackServerContext* ctx
   return reactor;
 }
 
-grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
-                                   grpc::ServerWriter<v1::RestoreResponse>* writer) {
+void CkptdService::ServeRestoreAsBytes() {
+  const google::protobuf::MethodDescriptor* method =
+      v1::RestoreRequest::descriptor()->file()->FindServiceByName("Ckptd")->FindMethodByName("Restore");
+  // The generated service registers its methods in the proto's order.
+  MarkMethodStreamed(
+      method->index(),
+      new grpc::internal::SplitServerStreamingHandler<v1::RestoreRequest, grpc::ByteBuffer>(
+          [this](grpc::ServerContext* ctx, RestoreStream* stream) { return StreamedRestore(ctx, stream); }));
+}
+
+grpc::Status CkptdService::StreamedRestore(grpc::ServerContext* ctx, RestoreStream* stream) {
   absl::Status s = peers_->Check(ctx->peer());
-  if (s.ok()) s = DoRestore(*request, ctx->peer(), absl::FromChrono(ctx->deadline()), writer);
+  v1::RestoreRequest request;
+  if (s.ok() && !stream->Read(&request)) {
+    // What ParseErrorInterceptor says for the other methods, whose requests gRPC reads.
+    s = absl::InvalidArgumentError(
+        "the request to /ckptd.v1.Ckptd/Restore does not parse as its protobuf message (string fields must "
+        "be "
+        "valid UTF-8)");
+  }
+  if (s.ok()) s = DoRestore(request, ctx->peer(), absl::FromChrono(ctx->deadline()), stream);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));
   if (!s.ok() && context_.metrics != nullptr) {
     context_.metrics->Count("ckptd_restore_failures_total", {{"code", absl::StatusCodeToString(s.code())}});
@@ -298,7 +315,7 @@ grpc::Status CkptdService::Restore(grpc::ServerContext* ctx, const v1::RestoreRe
 }
 
 absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const std::string& peer,
-                                     absl::Time deadline, grpc::ServerWriter<v1::RestoreResponse>* writer) {
+                                     absl::Time deadline, RestoreStream* writer) {
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(request.mesh(), request.device_ids()));
   RETURN_IF_ERROR(CheckTensorCount(request.tensors_size()));
@@ -388,10 +405,20 @@ absl::StatusOr<std::vector<CkptdService::RestoreSource>> CkptdService::RestoreSo
   return sources;
 }
 
+namespace {
+
+// Writes one RestoreResponse that is not a chunk: a header or a trailer.
+absl::Status Send(const v1::RestoreResponse& message, RestoreStream* writer) {
+  ASSIGN_OR_RETURN(grpc::ByteBuffer bytes, EncodeRestoreResponse(message));
+  return writer->Write(bytes) ? absl::OkStatus() : absl::CancelledError("client went away");
+}
+
+}  // namespace
+
 absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                                        const Placement& placement, const RestoreSource& source,
                                        std::string note, const std::string& peer, absl::Time deadline,
-                                       bool last_candidate, grpc::ServerWriter<v1::RestoreResponse>* writer) {
+                                       bool last_candidate, RestoreStream* writer) {
   const int64_t step = source.step;
   const absl::Time started = absl::Now();
   ReadStack stack;
@@ -434,7 +461,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     header_message.mutable_header()->mutable_trainer_state()->insert(state.begin(), state.end());
   }
   if (request.describe_only()) {
-    return writer->Write(header_message) ? absl::OkStatus() : absl::CancelledError("client went away");
+    return Send(header_message, writer);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(peer, request, plan));
   // A streamed reply to host memory with nothing to fall back to is sent while it is
@@ -452,13 +479,13 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   for (const RestoreItem& item : plan.items) delivered += item.bytes;
   header.set_bytes_delivered(delivered);
   if (stream_while_reading) {
-    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+    RETURN_IF_ERROR(Send(header_message, writer));
     RETURN_IF_ERROR(ReadAndStream(*reader, plan, deadline, out, writer));
     v1::RestoreResponse trailer;
     trailer.mutable_trailer()->set_storage_bytes_read(
         static_cast<int64_t>(stack.counts.storage_bytes.load()));
     trailer.mutable_trailer()->set_peer_bytes_received(static_cast<int64_t>(stack.counts.peer_bytes.load()));
-    if (!writer->Write(trailer)) return absl::CancelledError("client went away");
+    RETURN_IF_ERROR(Send(trailer, writer));
   } else {
     RETURN_IF_ERROR(ReadPlan(*reader, plan, out.destinations, kRestoreReadThreads));
     header.set_storage_bytes_read(static_cast<int64_t>(stack.counts.storage_bytes.load()));
@@ -470,7 +497,7 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
       }
       out.device_buffers[i] = StagedBuffer();
     }
-    if (!writer->Write(header_message)) return absl::CancelledError("client went away");
+    RETURN_IF_ERROR(Send(header_message, writer));
     RETURN_IF_ERROR(SendChunks(out, 0, out.streamed.size(), writer));
   }
   restore_peer_bytes_ += stack.counts.peer_bytes.load();
@@ -617,8 +644,7 @@ v1::RestoreHeader CkptdService::RestoreHeaderFor(const RestorePlan& plan, const 
 }
 
 absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan& plan, absl::Time deadline,
-                                         RestoreOutputs& out,
-                                         grpc::ServerWriter<v1::RestoreResponse>* writer) {
+                                         RestoreOutputs& out, RestoreStream* writer) {
   constexpr int64_t kGroupBytes = int64_t{64} << 20;
   std::vector<std::pair<size_t, size_t>> groups;  // item ranges
   for (size_t begin = 0, end = 0; begin < plan.items.size(); begin = end) {
@@ -659,21 +685,16 @@ absl::Status CkptdService::ReadAndStream(BundleReader& reader, const RestorePlan
   return absl::OkStatus();
 }
 
-absl::Status CkptdService::SendChunks(RestoreOutputs& out, size_t begin, size_t end,
-                                      grpc::ServerWriter<v1::RestoreResponse>* writer) {
-  // One message for every chunk: its data string keeps its capacity from one chunk to
-  // the next, so the stream allocates nothing per chunk.
-  v1::RestoreResponse message;
-  v1::RestoreChunk* chunk = message.mutable_chunk();
+absl::Status CkptdService::SendChunks(RestoreOutputs& out, size_t begin, size_t end, RestoreStream* writer) {
   for (size_t i = begin; i < end; ++i) {
     const bool from_kept = out.kept[i].data() != nullptr;
     const char* data = from_kept ? out.kept[i].data() : out.streamed[i].data();
     const size_t size = from_kept ? out.kept[i].size() : static_cast<size_t>(out.streamed[i].size());
     for (size_t off = 0; off < size; off += wire::kRestoreChunkBytes) {
-      chunk->set_tensor_index(static_cast<int>(i));
-      chunk->set_offset(static_cast<int64_t>(off));
-      chunk->mutable_data()->assign(data + off, std::min(size - off, wire::kRestoreChunkBytes));
-      if (!writer->Write(message)) return absl::CancelledError("client went away");
+      const absl::Span<const char> piece(data + off, std::min(size - off, wire::kRestoreChunkBytes));
+      if (!writer->Write(EncodeRestoreChunk(static_cast<int32_t>(i), static_cast<int64_t>(off), piece))) {
+        return absl::CancelledError("client went away");
+      }
     }
     out.streamed[i] = StagedBuffer();  // memory back as soon as it is sent
   }

@@ -22,6 +22,7 @@
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/peer.h"
+#include "daemon/service/restore_reply.h"
 #include "daemon/service/validation.h"
 #include "daemon/staging/device_stager.h"
 #include "daemon/staging/shared_segment.h"
@@ -76,7 +77,9 @@ class CkptdService final
         store_(store),
         staging_(staging),
         peers_(peers),
-        device_(DeviceStager::Create()) {}
+        device_(DeviceStager::Create()) {
+    ServeRestoreAsBytes();
+  }
 
   // What device memory this daemon can take (for the start-up log).
   std::string DeviceDescription() const { return device_->Describe(); }
@@ -98,8 +101,10 @@ class CkptdService final
                     v1::SaveResponse* response) override;
   grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
                                  v1::WaitResponse* response) override;
-  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* request,
-                       grpc::ServerWriter<v1::RestoreResponse>* writer) override;
+  // Restore is served through gRPC's split-streaming handler, which reads the request
+  // in the handler and writes raw ByteBuffers (restore_reply.h); the constructor
+  // installs it in place of the generated one.
+  grpc::Status StreamedRestore(grpc::ServerContext* ctx, RestoreStream* stream);
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* request,
                                     v1::BarrierResponse* response) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* request,
@@ -112,6 +117,8 @@ class CkptdService final
                       v1::StatusResponse* response) override;
 
  private:
+  // Installs StreamedRestore as Restore's handler.
+  void ServeRestoreAsBytes();
   // INVALID_ARGUMENT past limits.max_trainers.
   // Where each planned tensor lands: the trainer's segment, or staging memory on its
   // way to the device or to the stream after the header. Staging memory, because it
@@ -194,7 +201,7 @@ class CkptdService final
                                              const std::vector<CheckedTensor>& tensors,
                                              const std::shared_ptr<SharedSegment>& mapped);
   absl::Status DoRestore(const v1::RestoreRequest& request, const std::string& peer, absl::Time deadline,
-                         grpc::ServerWriter<v1::RestoreResponse>* writer);
+                         RestoreStream* writer);
   // A step a restore may read, and where: the checkpoint root or the drain.
   struct RestoreSource {
     int64_t step = 0;
@@ -216,7 +223,7 @@ class CkptdService final
   absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                            const Placement& placement, const RestoreSource& source, std::string note,
                            const std::string& peer, absl::Time deadline, bool last_candidate,
-                           grpc::ServerWriter<v1::RestoreResponse>* writer);
+                           RestoreStream* writer);
   // Reads the plan's items in groups of about 64 MiB, each into staging buffers it
   // allocates then, and sends each group's chunks while the next group is read: the
   // transfer overlaps the reads instead of following them. Items that are whole
@@ -224,13 +231,12 @@ class CkptdService final
   // staging. A failed read stops the stream there. The header must already be sent;
   // `out` from PrepareOutputs with defer_streamed.
   absl::Status ReadAndStream(BundleReader& reader, const RestorePlan& plan, absl::Time deadline,
-                             RestoreOutputs& out, grpc::ServerWriter<v1::RestoreResponse>* writer);
+                             RestoreOutputs& out, RestoreStream* writer);
   static v1::RestoreHeader RestoreHeaderFor(const RestorePlan& plan, const RestoreWants& wants, int64_t step,
                                             const std::string& note);
   // Sends items [begin, end) as chunks: from out.kept[i] where it is set, else from
   // out.streamed[i], freeing each staging buffer once sent.
-  static absl::Status SendChunks(RestoreOutputs& out, size_t begin, size_t end,
-                                 grpc::ServerWriter<v1::RestoreResponse>* writer);
+  static absl::Status SendChunks(RestoreOutputs& out, size_t begin, size_t end, RestoreStream* writer);
 
   ServiceContext context_;
   StepRegistry* registry_;

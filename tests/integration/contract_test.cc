@@ -229,6 +229,21 @@ TEST(ContractTest, MalformedAndEdgeRequestsGetTheDocumentedAnswers) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     EXPECT_NE(s.error_message().find("UTF-8"), std::string::npos) << s.error_message();
   }
+  // The same for Restore, whose request its handler reads itself (restore_reply.h).
+  {
+    grpc::ClientContext ctx;
+    v1::RestoreRequest request;
+    request.set_run(std::string("r\xff\xfe", 3));
+    request.set_latest(true);
+    request.add_tensors()->set_name("w");
+    auto reader = stub->Restore(&ctx, request);
+    v1::RestoreResponse ignored;
+    EXPECT_FALSE(reader->Read(&ignored));
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find("/ckptd.v1.Ckptd/Restore"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("UTF-8"), std::string::npos) << s.error_message();
+  }
   // Garbage bytes to a unary method: INVALID_ARGUMENT with a message, not an empty INTERNAL.
   {
     grpc::GenericStub generic(

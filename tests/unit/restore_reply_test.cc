@@ -16,14 +16,14 @@
 namespace ckptd {
 namespace {
 
-std::string Flat(const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* slices) {
+std::string ReplyBytes(const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* slices) {
   EXPECT_TRUE(buffer.Dump(slices).ok());
   std::string out;
   for (const grpc::Slice& s : *slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
-std::string Bytes(size_t n) {
+std::string PatternBytes(size_t n) {
   std::string bytes(n, '\0');
   for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<char>(i * 131 + 7);
   return bytes;
@@ -37,15 +37,15 @@ TEST(RestoreReplyTest, AChunkIsProtobufsOwnBytes) {
   for (int32_t index : indices) {
     for (int64_t offset : offsets) {
       for (size_t size : sizes) {
-        SCOPED_TRACE(testing::Message() << "index " << index << " offset " << offset << " size " << size);
-        const std::string data = Bytes(size);
+        SCOPED_TRACE(::testing::Message() << "index " << index << " offset " << offset << " size " << size);
+        const std::string data = PatternBytes(size);
         v1::RestoreResponse message;
         message.mutable_chunk()->set_tensor_index(index);
         message.mutable_chunk()->set_offset(offset);
         message.mutable_chunk()->set_data(data);
         const grpc::ByteBuffer buffer = EncodeRestoreChunk(index, offset, data);
         std::vector<grpc::Slice> slices;
-        ASSERT_EQ(Flat(buffer, &slices), message.SerializeAsString());
+        ASSERT_EQ(ReplyBytes(buffer, &slices), message.SerializeAsString());
         internal::RawRestoreResponse parsed;
         ASSERT_TRUE(internal::ParseRestoreResponse(slices, &parsed).ok());
         EXPECT_TRUE(parsed.has_chunk);
@@ -57,7 +57,7 @@ TEST(RestoreReplyTest, AChunkIsProtobufsOwnBytes) {
   }
 }
 
-const char* DataSlice(const grpc::ByteBuffer& buffer) {
+const char* ChunkDataAddress(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(buffer.Dump(&slices).ok());
   EXPECT_EQ(slices.size(), 2u);
@@ -65,31 +65,31 @@ const char* DataSlice(const grpc::ByteBuffer& buffer) {
 }
 
 TEST(RestoreReplyTest, AChunksBlockIsReusedOnlyOnceEveryBufferHoldingItIsGone) {
-  const std::string data = Bytes(size_t{1} << 20);
+  const std::string data = PatternBytes(size_t{1} << 20);
   auto first = std::make_unique<grpc::ByteBuffer>(EncodeRestoreChunk(1, 0, data));
-  const char* block = DataSlice(*first);
+  const char* block = ChunkDataAddress(*first);
   ASSERT_NE(block, nullptr);
   EXPECT_NE(block, data.data());                            // a copy...
   EXPECT_EQ(std::string(block, data.size()), data);         // ...of the bytes
   auto taken = std::make_unique<grpc::ByteBuffer>(*first);  // what gRPC holds while it sends
   first.reset();
   const grpc::ByteBuffer second = EncodeRestoreChunk(1, 0, data);
-  EXPECT_NE(DataSlice(second), block);  // still held: another block
+  EXPECT_NE(ChunkDataAddress(second), block);  // still held: another block
   EXPECT_EQ(std::string(block, data.size()), data);
   taken.reset();
   const grpc::ByteBuffer third = EncodeRestoreChunk(1, 0, data);
-  EXPECT_EQ(DataSlice(third), block);  // let go: the same warm block again
+  EXPECT_EQ(ChunkDataAddress(third), block);  // let go: the same warm block again
 }
 
 TEST(RestoreReplyTest, AChunkDoesNotChangeWithItsSource) {
-  std::string data = Bytes(8192);
+  std::string data = PatternBytes(8192);
   const grpc::ByteBuffer buffer = EncodeRestoreChunk(1, 0, data);
   v1::RestoreResponse message;
   message.mutable_chunk()->set_tensor_index(1);
   message.mutable_chunk()->set_data(data);
   data.assign(data.size(), 'x');  // the staging buffer freed and reused
   std::vector<grpc::Slice> slices;
-  EXPECT_EQ(Flat(buffer, &slices), message.SerializeAsString());
+  EXPECT_EQ(ReplyBytes(buffer, &slices), message.SerializeAsString());
 }
 
 TEST(RestoreReplyTest, HeadersAndTrailersAreProtobufsOwnBytes) {
@@ -103,7 +103,7 @@ TEST(RestoreReplyTest, HeadersAndTrailersAreProtobufsOwnBytes) {
     absl::StatusOr<grpc::ByteBuffer> buffer = EncodeRestoreResponse(message);
     ASSERT_TRUE(buffer.ok());
     std::vector<grpc::Slice> slices;
-    EXPECT_EQ(Flat(*buffer, &slices), message.SerializeAsString());
+    EXPECT_EQ(ReplyBytes(*buffer, &slices), message.SerializeAsString());
   }
 }
 

@@ -60,6 +60,12 @@ grpc::Status CkptdService::Save(grpc::ServerContext* ctx, grpc::ServerReader<v1:
 
 namespace {
 
+// What a client is told when its request to `method` does not parse.
+std::string UnparsedRequestError(const std::string& method) {
+  return absl::StrCat("the request to ", method,
+                      " does not parse as its protobuf message (string fields must be valid UTF-8)");
+}
+
 class ParseErrorInterceptor : public grpc::experimental::Interceptor {
  public:
   explicit ParseErrorInterceptor(std::string method) : method_(std::move(method)) {}
@@ -69,10 +75,8 @@ class ParseErrorInterceptor : public grpc::experimental::Interceptor {
       // Every status of ours carries a message: an empty INTERNAL is gRPC's own
       // "could not deserialize the request".
       if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
-        methods->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("the request to ", method_,
-                         " does not parse as its protobuf message (string fields must be valid UTF-8)")));
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, UnparsedRequestError(method_)));
       }
     }
     methods->Proceed();
@@ -300,11 +304,8 @@ grpc::Status CkptdService::StreamedRestore(grpc::ServerContext* ctx, RestoreStre
   absl::Status s = peers_->Check(ctx->peer());
   v1::RestoreRequest request;
   if (s.ok() && !stream->Read(&request)) {
-    // What ParseErrorInterceptor says for the other methods, whose requests gRPC reads.
-    s = absl::InvalidArgumentError(
-        "the request to /ckptd.v1.Ckptd/Restore does not parse as its protobuf message (string fields must "
-        "be "
-        "valid UTF-8)");
+    // As ParseErrorInterceptor answers for the other methods, whose requests gRPC reads.
+    s = absl::InvalidArgumentError(UnparsedRequestError("/ckptd.v1.Ckptd/Restore"));
   }
   if (s.ok()) s = DoRestore(request, ctx->peer(), absl::FromChrono(ctx->deadline()), stream);
   if (!s.ok()) spdlog::warn("Restore from {}: {}", peers_->Describe(ctx->peer()), std::string(s.message()));

@@ -1,11 +1,11 @@
 #include "daemon/service/restore_reply.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/slice.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -54,24 +54,11 @@ class BlockPool {
 
 void GiveBack(void* block) { BlockPool::Get().Give(static_cast<char*>(block)); }
 
+using google::protobuf::io::CodedOutputStream;
+
 constexpr uint32_t kDelimited = 2, kVarint = 0;
-
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
-
-void AppendTag(uint32_t field, uint32_t wire_type, std::string* out) {
-  AppendVarint(field << 3 | wire_type, out);
-}
-
-size_t VarintSize(uint64_t value) {
-  size_t n = 1;
-  for (; value >= 0x80; value >>= 7) ++n;
-  return n;
+constexpr uint32_t Tag(int field, uint32_t wire_type) {
+  return static_cast<uint32_t>(field) << 3 | wire_type;
 }
 
 grpc::Slice CopiedSlice(absl::Span<const char> data) {
@@ -101,28 +88,29 @@ grpc::ByteBuffer EncodeRestoreChunk(int32_t tensor_index, int64_t offset, absl::
   // bytes, and an int32 is sign-extended to 64 bits.
   const uint64_t index = static_cast<uint64_t>(static_cast<int64_t>(tensor_index));
   const uint64_t at = static_cast<uint64_t>(offset);
-  size_t chunk_size = 0;
-  if (index != 0) chunk_size += 1 + VarintSize(index);
-  if (at != 0) chunk_size += 1 + VarintSize(at);
-  if (!data.empty()) chunk_size += 1 + VarintSize(data.size()) + data.size();
-  std::string prefix;
-  AppendTag(v1::RestoreResponse::kChunkFieldNumber, kDelimited, &prefix);
-  AppendVarint(chunk_size, &prefix);
+  size_t chunk_size = 0;  // every tag here is one byte
+  if (index != 0) chunk_size += 1 + CodedOutputStream::VarintSize64(index);
+  if (at != 0) chunk_size += 1 + CodedOutputStream::VarintSize64(at);
+  if (!data.empty()) chunk_size += 1 + CodedOutputStream::VarintSize64(data.size()) + data.size();
+  uint8_t prefix[4 * (1 + 10)];  // four tags, each with a varint of at most 10 bytes
+  uint8_t* end = prefix;
+  end = CodedOutputStream::WriteTagToArray(Tag(v1::RestoreResponse::kChunkFieldNumber, kDelimited), end);
+  end = CodedOutputStream::WriteVarint64ToArray(chunk_size, end);
   if (index != 0) {
-    AppendTag(v1::RestoreChunk::kTensorIndexFieldNumber, kVarint, &prefix);
-    AppendVarint(index, &prefix);
+    end = CodedOutputStream::WriteTagToArray(Tag(v1::RestoreChunk::kTensorIndexFieldNumber, kVarint), end);
+    end = CodedOutputStream::WriteVarint64ToArray(index, end);
   }
   if (at != 0) {
-    AppendTag(v1::RestoreChunk::kOffsetFieldNumber, kVarint, &prefix);
-    AppendVarint(at, &prefix);
+    end = CodedOutputStream::WriteTagToArray(Tag(v1::RestoreChunk::kOffsetFieldNumber, kVarint), end);
+    end = CodedOutputStream::WriteVarint64ToArray(at, end);
   }
-  if (data.empty()) {
-    grpc::Slice only(prefix);
-    return grpc::ByteBuffer(&only, 1);
+  if (!data.empty()) {
+    end = CodedOutputStream::WriteTagToArray(Tag(v1::RestoreChunk::kDataFieldNumber, kDelimited), end);
+    end = CodedOutputStream::WriteVarint64ToArray(data.size(), end);
   }
-  AppendTag(v1::RestoreChunk::kDataFieldNumber, kDelimited, &prefix);
-  AppendVarint(data.size(), &prefix);
-  grpc::Slice slices[2] = {grpc::Slice(prefix), CopiedSlice(data)};
+  const grpc::Slice head(prefix, static_cast<size_t>(end - prefix));
+  if (data.empty()) return grpc::ByteBuffer(&head, 1);
+  grpc::Slice slices[2] = {head, CopiedSlice(data)};
   return grpc::ByteBuffer(slices, 2);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -42,6 +43,13 @@ void SetDeviceMemory(v1::DeviceMemory* out, const DeviceMemory& in) {
 }
 
 }  // namespace
+
+void KeepFreedMemoryForReuse() {
+#ifdef M_MMAP_THRESHOLD
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest setting
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#endif
+}
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();

@@ -21,7 +21,6 @@
 //
 // Prints one JSON object (from rank 0). Not a test: numbers vary with the machine.
 #include <fcntl.h>
-#include <malloc.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
@@ -481,11 +480,6 @@ constexpr int kPlainMessageLimit = ckptd::wire::kMaxMessageBytes;  // as ckptd's
 // `ckptd-bench plain-grpc-server SOCKET BYTES`: serves the baseline until SIGTERM, with
 // BYTES of pre-faulted memory to send from. Runs before (and without) MPI_Init.
 int ServePlainGrpc(const std::string& socket, int64_t bytes) {
-  // The same malloc settings as ckptd's daemon (daemon/main.cc): gRPC's 4 MiB message
-  // buffers are reused, not faulted in afresh for every message, so the baseline is
-  // the best plain gRPC does here, not one slowed by page faults.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   char* source = AlignedAlloc(static_cast<size_t>(bytes));
   ::unlink(socket.c_str());
   PlainTransportService service(source);
@@ -663,6 +657,11 @@ json Grpc(const std::string& socket_template, const std::string& dir, int64_t by
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every process of the bench keeps freed memory for reuse, as ckptd's daemon does and
+  // as its client docs advise trainers: gRPC's 4 MiB message buffers are then reused,
+  // not faulted in afresh for every message, on the plain baseline's side and on
+  // ckptd's alike, so neither figure is one slowed by page faults.
+  ckptd::KeepFreedMemoryForReuse();
   if (argc == 4 && std::string(argv[1]) == "plain-grpc-server") {
     // The grpc mode's baseline server, a child of that mode: no MPI, no CLI.
     sigset_t stop;

@@ -1,10 +1,15 @@
 #include "client/restore_stream.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "ckptd/client.h"
 
 namespace ckptd::internal {
 namespace {
@@ -110,6 +115,28 @@ TEST(RestoreStreamTest, TruncatedOrMalformedBytesAreInvalidArgument) {
   const std::string group_tag("\x0b", 1);  // field 1, wire type 3: no groups in proto3
   EXPECT_EQ(ParseRestoreResponse(SlicesOf(group_tag, {}), &parsed).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A streamed restore's replies are 4 MiB blocks that gRPC allocates and frees, one per
+// message; what KeepFreedMemoryForReuse promises is that such a block comes from the
+// heap and that freeing it keeps the memory for the next one (glibc's own counters).
+TEST(KeepFreedMemoryTest, AMessageSizedBlockComesFromTheHeapAndStaysAfterFree) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer replaces malloc; glibc's settings do not apply";
+#else
+  ckptd::KeepFreedMemoryForReuse();
+  constexpr size_t kBlock = 16 << 20;  // above glibc's default thresholds, below 32 MiB
+  const struct mallinfo2 before = mallinfo2();
+  ASSERT_LT(before.fordblks, kBlock) << "free heap already holds a block: the test proves nothing";
+  char* block = static_cast<char*>(std::malloc(kBlock));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, kBlock);
+  const struct mallinfo2 held = mallinfo2();
+  EXPECT_EQ(held.hblkhd, before.hblkhd) << "the block was mapped on its own";
+  std::free(block);
+  const struct mallinfo2 after = mallinfo2();
+  EXPECT_GE(after.fordblks, kBlock) << "the freed block went back to the kernel";
+#endif
 }
 
 }  // namespace

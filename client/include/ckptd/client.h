@@ -249,6 +249,17 @@ class Client {
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<Segment>> busy_segments_;
 };
 
+// Sets this process's malloc (glibc) to keep the large blocks gRPC allocates for every
+// message it moves: blocks up to 32 MiB come from the heap instead of fresh mappings,
+// and up to 512 MiB of freed heap is kept rather than handed back to the kernel. Without
+// it, each 4 MiB reply of a streamed restore may land in pages the kernel must fault in
+// again, and on a VM that can halve the restore (docs/operations.md has the figures).
+// The daemon sets the same. Optional and process-wide, so it is the trainer's choice:
+// call it once, early in main, before other threads allocate. Python trainers get the
+// same from the environment: GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:
+// glibc.malloc.trim_threshold=536870912. A no-op where malloc is not glibc's.
+void KeepFreedMemoryForReuse();
+
 // grpc::Status -> absl::Status, same code and message; except that a call's own
 // deadline passing (gRPC's DEADLINE_EXCEEDED with no word from the daemon) says so:
 // its message starts with kClientTimeout. The daemon's DEADLINE_EXCEEDED (a step or

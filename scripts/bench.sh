@@ -7,7 +7,8 @@
 #   baselines  the disk's ceiling: the best O_DIRECT write (with the fdatasync that makes
 #              it durable, timed as the save's is) and cold read of the same
 #              bytes over a sweep of fio configurations (scripts/bench_ceiling.py:
-#              psync, libaio, io_uring; queue depth 1-32; 1-4 jobs), named in the
+#              psync, libaio, io_uring; queue depth 1-32; 1-4 jobs; ordinary buffers
+#              and buffers in huge pages, as ckptd's own O_DIRECT I/O), named in the
 #              report (ckptd-bench's own qd1 figures where fio cannot run); memcpy into
 #              reused and into first-touch memory; before every ckptd run, the winning
 #              write configuration again (the disk's speed drifts within a run), and

@@ -6,7 +6,13 @@
 
 Writes then reads min(BYTES, 256 MiB) in DIR with O_DIRECT and 8 MiB blocks, split
 evenly over the jobs, for each of: psync with 1, 2 and 4 jobs; libaio and io_uring with queue depth 1,
-4, 16 and 32 and 1, 2 and 4 jobs (--quick: queue depth 1 and 16, 1 and 2 jobs). Every
+4, 16 and 32 and 1, 2 and 4 jobs (--quick: queue depth 1 and 16, 1 and 2 jobs); each
+of those from fio's ordinary buffers and again from buffers in huge pages
+(--iomem=shmhuge). The huge pages matter on a virtual disk: a request is built from the
+physical runs of pages behind its buffer, and whole 2 MiB pages let the disk take
+4-8 MiB requests; ckptd's own O_DIRECT I/O goes through huge pages for that reason, so
+its baseline must too. Where huge pages cannot be reserved (not root, or no memory for
+them), that half of the sweep is left out and the output says so. Every
 write ends with fdatasync, as a checkpoint's must, and its time counts: a write's figure
 is the bytes over fio's write time plus the fdatasync of every file it wrote. (fio's own
 bandwidth leaves out the time of --end_fsync. On a disk with a volatile write cache,
@@ -21,14 +27,16 @@ its speed for the measurements that followed.)
 
 Prints one JSON object: raw_write_gbps and raw_read_gbps (the best configuration of
 each), raw_write_s and raw_write_fsync_s (that write's time in fio and in the flush),
-raw_write_config and raw_read_config (which one won, e.g. "io_uring qd16 x2 jobs"),
-page_cache_dropped, and every configuration's figures under fio_configs.
+raw_write_config and raw_read_config (which one won, e.g. "io_uring qd16 x2 jobs" or
+"io_uring qd16 x2 jobs, huge pages"), page_cache_dropped, huge_pages (whether that half
+of the sweep ran), and every configuration's figures under fio_configs.
 With --write-only, measures only that configuration's write (and flush) of BYTES and
 prints raw_write_gbps, raw_write_s, raw_write_fsync_s and raw_write_config: bench.sh
 runs it beside every ckptd run, because this disk's speed drifts within a run.
 Exits 3 (and prints nothing) when fio is missing or cannot use O_DIRECT in DIR.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -36,6 +44,10 @@ import shutil
 import subprocess
 import sys
 import time
+
+HUGE_PAGES = "/proc/sys/vm/nr_hugepages"
+HUGE_SUFFIX = ", huge pages"
+BLOCK = 8 << 20
 
 
 def drop_page_cache():
@@ -71,13 +83,53 @@ def sync_files(directory):
     return time.monotonic() - start
 
 
-def fio(directory, rw, engine, iodepth, jobs, total):
+def huge_pages_free():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("HugePages_Free:"):
+                return int(line.split()[1])
+    return 0
+
+
+@contextlib.contextmanager
+def huge_pages(count):
+    """Yields True with at least `count` free huge pages reserved (root), False where
+    they cannot be; the system's own reservation is put back afterwards."""
+    try:
+        with open(HUGE_PAGES) as f:
+            before = int(f.read())
+    except (OSError, ValueError):
+        yield False
+        return
+    try:
+        if huge_pages_free() < count:
+            with open(HUGE_PAGES, "w") as f:
+                f.write(f"{before + count}\n")
+        reserved = huge_pages_free() >= count
+    except OSError:
+        reserved = False
+    try:
+        yield reserved
+    finally:
+        try:
+            with open(HUGE_PAGES, "w") as f:
+                f.write(f"{before}\n")
+        except OSError:
+            pass
+
+
+def huge_pages_needed(iodepth, jobs):
+    """2 MiB pages for every job's buffers, with one block of slack each."""
+    return jobs * (iodepth + 1) * BLOCK // (2 << 20)
+
+
+def fio(directory, rw, engine, iodepth, jobs, total, huge=False):
     """{"gbps": GB/s, "bytes": ...}; a write's also carries write_s (fio's time) and
     fsync_s (the fdatasync after it), and its gbps is bytes over both."""
-    per_job = total // jobs // (8 << 20) * (8 << 20)
-    args = ["fio", "--name=ceiling", f"--directory={directory}", f"--rw={rw}", "--bs=8M", "--direct=1",
+    per_job = total // jobs // BLOCK * BLOCK
+    args = ["fio", "--name=ceiling", f"--directory={directory}", f"--rw={rw}", f"--bs={BLOCK}", "--direct=1",
             f"--ioengine={engine}", f"--iodepth={iodepth}", f"--numjobs={jobs}", f"--size={per_job}",
-            "--group_reporting", "--output-format=json"]
+            "--group_reporting", "--output-format=json"] + (["--iomem=shmhuge"] if huge else [])
     out = subprocess.run(args, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"fio {' '.join(args[1:])}: {out.stderr.strip()[-500:]}")
@@ -89,22 +141,24 @@ def fio(directory, rw, engine, iodepth, jobs, total):
     return {"gbps": nbytes / (write_s + fsync_s) / 1e9, "bytes": nbytes, "write_s": write_s, "fsync_s": fsync_s}
 
 
-def configs(quick):
+def configs(quick, huge):
     depths, jobs = ((1, 16), (1, 2)) if quick else ((1, 4, 16, 32), (1, 2, 4))
     out = [("psync", 1, j) for j in jobs]
     for engine in ("libaio", "io_uring"):
         out += [(engine, d, j) for d in depths for j in jobs]
-    return out
+    return [(e, d, j, False) for e, d, j in out] + ([(e, d, j, True) for e, d, j in out] if huge else [])
 
 
-def name(engine, iodepth, jobs):
-    return f"{engine} qd{iodepth} x{jobs} job{'s' if jobs > 1 else ''}"
+def name(engine, iodepth, jobs, huge):
+    return f"{engine} qd{iodepth} x{jobs} job{'s' if jobs > 1 else ''}{HUGE_SUFFIX if huge else ''}"
 
 
 def parse_name(config):
-    """(engine, iodepth, jobs) from a name() such as "io_uring qd16 x2 jobs"; ValueError if not one."""
-    engine, depth, jobs = config.split()[:3]
-    return engine, int(depth.removeprefix("qd")), int(jobs.removeprefix("x"))
+    """(engine, iodepth, jobs, huge) from a name() such as "io_uring qd16 x2 jobs" or
+    "io_uring qd16 x2 jobs, huge pages"; ValueError if not one."""
+    huge = config.endswith(HUGE_SUFFIX)
+    engine, depth, jobs = config.removesuffix(HUGE_SUFFIX).split()[:3]
+    return engine, int(depth.removeprefix("qd")), int(jobs.removeprefix("x")), huge
 
 
 def main():
@@ -114,51 +168,60 @@ def main():
     if sys.argv[3:4] == ["--write-only"]:
         config = sys.argv[4] if len(sys.argv) > 4 else ""
         try:
-            engine, iodepth, jobs = parse_name(config)
+            engine, iodepth, jobs, huge = parse_name(config)
         except ValueError:
             print(f"bench_ceiling: --write-only takes a configuration like 'io_uring qd16 x2 jobs', not '{config}'",
                   file=sys.stderr)
             return 2
         try:
-            write = fio(directory, "write", engine, iodepth, jobs, total)
+            with huge_pages(huge_pages_needed(iodepth, jobs) if huge else 0) as reserved:
+                if huge and not reserved:
+                    raise RuntimeError(f"cannot reserve the huge pages '{config}' needs")
+                write = fio(directory, "write", engine, iodepth, jobs, total, huge)
         except RuntimeError as e:
             print(f"bench_ceiling: {e}", file=sys.stderr)
             return 3
         finally:
             remove_fio_files(directory)
         print(json.dumps({"raw_write_gbps": write["gbps"], "raw_write_s": write["write_s"],
-                          "raw_write_fsync_s": write["fsync_s"], "raw_write_config": name(engine, iodepth, jobs)}))
+                          "raw_write_fsync_s": write["fsync_s"],
+                          "raw_write_config": name(engine, iodepth, jobs, huge)}))
         return 0
     sweep_bytes = min(total, 256 << 20)
     results, dropped = [], True
 
-    def measure(engine, iodepth, jobs, nbytes):
+    def measure(engine, iodepth, jobs, huge, nbytes):
         nonlocal dropped
-        write = fio(directory, "write", engine, iodepth, jobs, nbytes)
+        write = fio(directory, "write", engine, iodepth, jobs, nbytes, huge)
         dropped = drop_page_cache() and dropped
-        read = fio(directory, "read", engine, iodepth, jobs, nbytes)
+        read = fio(directory, "read", engine, iodepth, jobs, nbytes, huge)
         remove_fio_files(directory)
         return write, read
 
+    # Enough huge pages for the deepest configuration, reserved for the whole sweep.
+    most = max(huge_pages_needed(d, j) for _, d, j, _ in configs(quick, False))
     try:
-        for engine, iodepth, jobs in configs(quick):
-            write, read = measure(engine, iodepth, jobs, sweep_bytes)
-            results.append({"config": name(engine, iodepth, jobs), "engine": engine, "iodepth": iodepth,
-                            "jobs": jobs, "write_gbps": write["gbps"], "write_bytes": write["bytes"],
-                            "write_s": write["write_s"], "write_fsync_s": write["fsync_s"],
-                            "read_gbps": read["gbps"]})
-        best_write = max(results, key=lambda r: r["write_gbps"])
-        best_read = max(results, key=lambda r: r["read_gbps"])
-        # The winners again, on all the bytes: the figures the ckptd runs are held to.
-        write = measure(best_write["engine"], best_write["iodepth"], best_write["jobs"], total)[0]
-        read_gbps = measure(best_read["engine"], best_read["iodepth"], best_read["jobs"], total)[1]["gbps"]
+        with huge_pages(most) as huge:
+            for engine, iodepth, jobs, in_huge in configs(quick, huge):
+                write, read = measure(engine, iodepth, jobs, in_huge, sweep_bytes)
+                results.append({"config": name(engine, iodepth, jobs, in_huge), "engine": engine,
+                                "iodepth": iodepth, "jobs": jobs, "huge_pages": in_huge,
+                                "write_gbps": write["gbps"], "write_bytes": write["bytes"],
+                                "write_s": write["write_s"], "write_fsync_s": write["fsync_s"],
+                                "read_gbps": read["gbps"]})
+            best_write = max(results, key=lambda r: r["write_gbps"])
+            best_read = max(results, key=lambda r: r["read_gbps"])
+            # The winners again, on all the bytes: the figures the ckptd runs are held to.
+            write = measure(*(best_write[k] for k in ("engine", "iodepth", "jobs", "huge_pages")), total)[0]
+            read_gbps = measure(*(best_read[k] for k in ("engine", "iodepth", "jobs", "huge_pages")), total)[1]["gbps"]
     except RuntimeError as e:
         print(f"bench_ceiling: {e}", file=sys.stderr)
         return 3
     print(json.dumps({"raw_write_gbps": write["gbps"], "raw_write_config": best_write["config"],
                       "raw_write_s": write["write_s"], "raw_write_fsync_s": write["fsync_s"],
                       "raw_read_gbps": read_gbps, "raw_read_config": best_read["config"],
-                      "page_cache_dropped": dropped, "sweep_bytes": sweep_bytes, "fio_configs": results}))
+                      "page_cache_dropped": dropped, "huge_pages": huge, "sweep_bytes": sweep_bytes,
+                      "fio_configs": results}))
     return 0
 
 

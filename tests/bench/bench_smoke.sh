@@ -59,6 +59,10 @@ if r["raw_tool"] == "fio":
         sys.exit(f"bench.json: raw write {r['raw_write_config']} is not the sweep's best {best['config']}")
     if len({c["engine"] for c in r["fio_configs"]}) < 3:
         sys.exit("bench.json: the fio sweep did not try psync, libaio and io_uring")
+    # Buffers in huge pages too, where they could be reserved (ckptd's own I/O uses them).
+    in_huge = {c["huge_pages"] for c in r["fio_configs"]}
+    if in_huge != ({False, True} if r["huge_pages"] else {False}):
+        sys.exit(f"bench.json: huge_pages {r['huge_pages']} but the sweep's buffers were {in_huge}")
     # A write's figure counts its fdatasync, as save-to-durable counts the daemon's.
     for c in r["fio_configs"]:
         counted = c["write_bytes"] / (c["write_s"] + c["write_fsync_s"]) / 1e9

@@ -6,13 +6,13 @@
 
 Writes then reads min(BYTES, 256 MiB) in DIR with O_DIRECT and 8 MiB blocks, split
 evenly over the jobs, for each of: psync with 1, 2 and 4 jobs; libaio and io_uring with queue depth 1,
-4, 16 and 32 and 1, 2 and 4 jobs (--quick: queue depth 1 and 16, 1 and 2 jobs); each
-of those from fio's ordinary buffers and again from buffers in huge pages
-(--iomem=shmhuge). The huge pages matter on a virtual disk: a request is built from the
+4, 16 and 32 and 1, 2 and 4 jobs (--quick: queue depth 1 and 16, 1 and 2 jobs), from
+buffers in huge pages (--iomem=shmhuge), and the quick set again from fio's ordinary
+buffers. The huge pages matter on a virtual disk: a request is built from the
 physical runs of pages behind its buffer, and whole 2 MiB pages let the disk take
-4-8 MiB requests; ckptd's own O_DIRECT I/O goes through huge pages for that reason, so
+4 MiB requests; ckptd's own O_DIRECT I/O goes through huge pages for that reason, so
 its baseline must too. Where huge pages cannot be reserved (not root, or no memory for
-them), that half of the sweep is left out and the output says so. Every
+them), the whole sweep runs from ordinary buffers and the output says so. Every
 write ends with fdatasync, as a checkpoint's must, and its time counts: a write's figure
 is the bytes over fio's write time plus the fdatasync of every file it wrote. (fio's own
 bandwidth leaves out the time of --end_fsync. On a disk with a volatile write cache,
@@ -142,11 +142,17 @@ def fio(directory, rw, engine, iodepth, jobs, total, huge=False):
 
 
 def configs(quick, huge):
-    depths, jobs = ((1, 16), (1, 2)) if quick else ((1, 4, 16, 32), (1, 2, 4))
-    out = [("psync", 1, j) for j in jobs]
-    for engine in ("libaio", "io_uring"):
-        out += [(engine, d, j) for d in depths for j in jobs]
-    return [(e, d, j, False) for e, d, j in out] + ([(e, d, j, True) for e, d, j in out] if huge else [])
+    """(engine, iodepth, jobs, in huge pages) to sweep. With huge pages, ordinary buffers
+    get the quick set only, which keeps the bytes written near a sweep without them."""
+    def of(quick):
+        depths, jobs = ((1, 16), (1, 2)) if quick else ((1, 4, 16, 32), (1, 2, 4))
+        out = [("psync", 1, j) for j in jobs]
+        for engine in ("libaio", "io_uring"):
+            out += [(engine, d, j) for d in depths for j in jobs]
+        return out
+    if not huge:
+        return [(e, d, j, False) for e, d, j in of(quick)]
+    return [(e, d, j, False) for e, d, j in of(True)] + [(e, d, j, True) for e, d, j in of(quick)]
 
 
 def name(engine, iodepth, jobs, huge):

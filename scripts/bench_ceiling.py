@@ -28,8 +28,8 @@ its speed for the measurements that followed.)
 Prints one JSON object: raw_write_gbps and raw_read_gbps (the best configuration of
 each), raw_write_s and raw_write_fsync_s (that write's time in fio and in the flush),
 raw_write_config and raw_read_config (which one won, e.g. "io_uring qd16 x2 jobs" or
-"io_uring qd16 x2 jobs, huge pages"), page_cache_dropped, huge_pages (whether that half
-of the sweep ran), and every configuration's figures under fio_configs.
+"io_uring qd16 x2 jobs, huge pages"), page_cache_dropped, huge_pages (whether the
+configurations in huge pages ran), and every configuration's figures under fio_configs.
 With --write-only, measures only that configuration's write (and flush) of BYTES and
 prints raw_write_gbps, raw_write_s, raw_write_fsync_s and raw_write_config: bench.sh
 runs it beside every ckptd run, because this disk's speed drifts within a run.

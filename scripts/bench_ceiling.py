@@ -94,15 +94,17 @@ def huge_pages_free():
 @contextlib.contextmanager
 def huge_pages(count):
     """Yields True with at least `count` free huge pages reserved (root), False where
-    they cannot be; the system's own reservation is put back afterwards."""
+    they cannot be; where it raised the system's reservation, it puts it back after."""
     try:
         with open(HUGE_PAGES) as f:
             before = int(f.read())
     except (OSError, ValueError):
         yield False
         return
+    raised = False
     try:
         if huge_pages_free() < count:
+            raised = True
             with open(HUGE_PAGES, "w") as f:
                 f.write(f"{before + count}\n")
         reserved = huge_pages_free() >= count
@@ -111,11 +113,12 @@ def huge_pages(count):
     try:
         yield reserved
     finally:
-        try:
-            with open(HUGE_PAGES, "w") as f:
-                f.write(f"{before}\n")
-        except OSError:
-            pass
+        if raised:
+            try:
+                with open(HUGE_PAGES, "w") as f:
+                    f.write(f"{before}\n")
+            except OSError:
+                pass
 
 
 def huge_pages_needed(iodepth, jobs):

@@ -151,7 +151,7 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapTrainerSegment(
                                                    " bytes, but the descriptors need ", host_bytes,
                                                    " (tensors in device memory excluded)"));
   }
-  return SharedSegment::Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead);
+  return segments_.Open(pid, shm.fd(), shm.offset(), shm.size(), SharedSegment::Access::kRead);
 }
 
 absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
@@ -540,7 +540,7 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> CkptdService::MapReplySegment(
                                                    " bytes, but the reply needs ", plan.shared_memory_bytes,
                                                    " (see describe_only)"));
   }
-  return reply_segments_.OpenForWrite(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes);
+  return segments_.Open(pid, shm.fd(), shm.offset(), plan.shared_memory_bytes, SharedSegment::Access::kWrite);
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<SharedSegment>>> CkptdService::MapHostMemory(
@@ -560,7 +560,7 @@ absl::StatusOr<std::vector<std::shared_ptr<SharedSegment>>> CkptdService::MapHos
       ASSIGN_OR_RETURN(pid, peers_->LocalPid(peer));
     }
     absl::StatusOr<std::shared_ptr<SharedSegment>> mapped =
-        reply_segments_.OpenForWrite(*pid, host.fd(), host.offset(), host.size());
+        segments_.Open(*pid, host.fd(), host.offset(), host.size(), SharedSegment::Access::kWrite);
     if (!mapped.ok()) return Annotate(mapped.status(), field);
     host_memory[i] = *std::move(mapped);
   }

@@ -247,8 +247,8 @@ class CkptdService final
   std::atomic<bool> accepting_{true};
   std::string metrics_address_;  // where /metrics is served, if anywhere
   const MemoryTier* memory_tier_ = nullptr;
-  // Restores' mappings of trainer segments, reused by a trainer's next restore.
-  SharedSegmentCache reply_segments_;
+  // Saves' and restores' mappings of trainer segments, reused by a trainer's next call.
+  SharedSegmentCache segments_;
   // Since start, for Status: bytes restores received from peers and delivered to
   // trainers (storage bytes are the read cache's own total).
   std::atomic<uint64_t> restore_peer_bytes_{0};

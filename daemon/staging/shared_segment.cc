@@ -50,14 +50,14 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
   if (map_size == 0) {
     return std::shared_ptr<SharedSegment>(new SharedSegment(nullptr, 0, nullptr, 0, st.st_dev, st.st_ino));
   }
-  // Save maps privately: the daemon may write into staged bytes (casts never do, but
-  // nothing it does should reach the trainer's memory).
   // A restore's reply is populated at once: the reads that fill it would otherwise
   // fault it in a page at a time (its pages are the trainer's, so this only maps
   // them, or allocates them where the trainer never touched the segment). A save's
-  // mapping is not: that would lengthen the trainer's stall.
-  const int share = access == Access::kWrite ? MAP_SHARED | MAP_POPULATE : MAP_PRIVATE;
-  void* map = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE, share, opened, map_offset);
+  // mapping is not: that would lengthen the trainer's stall, and the daemon reads
+  // the pages soon after anyway.
+  const bool write = access == Access::kWrite;
+  void* map = ::mmap(nullptr, map_size, write ? PROT_READ | PROT_WRITE : PROT_READ,
+                     write ? MAP_SHARED | MAP_POPULATE : MAP_SHARED, opened, map_offset);
   if (map == MAP_FAILED) return ErrnoToStatus(errno, "shared_memory: mmap");
   char* data = static_cast<char*>(map) + (offset - map_offset);
   return std::shared_ptr<SharedSegment>(new SharedSegment(map, map_size, data, size, st.st_dev, st.st_ino));
@@ -123,29 +123,29 @@ void SharedSegmentCache::DropStale() {
   });
 }
 
-absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(pid_t pid, int fd,
-                                                                                int64_t offset,
-                                                                                int64_t size) {
+absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::Open(pid_t pid, int fd, int64_t offset,
+                                                                        int64_t size,
+                                                                        SharedSegment::Access access) {
   // What the trainer's fd names now: the permission check Open makes, and the key.
   // Anything unusual (no such fd, bad arguments) goes to Open for its error.
   struct stat st = {};
   const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
   if (fd < 0 || offset < 0 || size < 0 || size > INT64_MAX - offset || ::stat(path.c_str(), &st) != 0 ||
       st.st_size < offset + size) {
-    return SharedSegment::Open(pid, fd, offset, size, SharedSegment::Access::kWrite);
+    return SharedSegment::Open(pid, fd, offset, size, access);
   }
   {
     absl::MutexLock lock(&mu_);
     for (Entry& e : entries_) {
       if (e.pid == pid && e.fd == fd && e.whole->device() == st.st_dev && e.whole->inode() == st.st_ino &&
-          e.whole->size() >= offset + size) {
+          e.whole->size() >= offset + size &&
+          (e.access == SharedSegment::Access::kWrite || access == SharedSegment::Access::kRead)) {
         e.last_use = ++clock_;
         return SharedSegment::View(e.whole, offset, size);
       }
     }
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> whole,
-                   SharedSegment::Open(pid, fd, 0, st.st_size, SharedSegment::Access::kWrite));
+  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> whole, SharedSegment::Open(pid, fd, 0, st.st_size, access));
   DropStale();
   std::vector<std::shared_ptr<const SharedSegment>> dropped;  // unmapped outside the lock
   absl::MutexLock lock(&mu_);
@@ -154,7 +154,7 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegmentCache::OpenForWrite(
     dropped.push_back(std::move(e.whole));
     return true;
   });
-  entries_.push_back({.pid = pid, .fd = fd, .whole = whole, .last_use = ++clock_});
+  entries_.push_back({.pid = pid, .fd = fd, .access = access, .whole = whole, .last_use = ++clock_});
   while (true) {
     int mine = 0;
     auto oldest = entries_.end();

@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
@@ -96,6 +99,7 @@ class TestSegment {
   }
   int fd() const { return fd_; }
   const char* bytes() const { return map_; }
+  char* mutable_bytes() { return map_; }  // the trainer writing its next step
   // Moves this segment to fd number `to` (closing whatever was there).
   void MoveTo(int to) {
     ASSERT_EQ(::dup2(fd_, to), to);
@@ -116,10 +120,10 @@ class TestSegment {
 TEST(SharedSegmentCacheTest, ASegmentIsMappedOnceAndItsBytesReachTheTrainer) {
   SharedSegmentCache cache;
   TestSegment segment(1 << 20);
-  auto first = cache.OpenForWrite(::getpid(), segment.fd(), 4096, 8192);
+  auto first = cache.Open(::getpid(), segment.fd(), 4096, 8192, SharedSegment::Access::kWrite);
   ASSERT_TRUE(first.ok()) << first.status();
   std::memset((*first)->data(), 'a', 8192);
-  auto second = cache.OpenForWrite(::getpid(), segment.fd(), 65536, 100);
+  auto second = cache.Open(::getpid(), segment.fd(), 65536, 100, SharedSegment::Access::kWrite);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ((*second)->data(), (*first)->data() + (65536 - 4096));  // the same mapping
   EXPECT_EQ((*second)->size(), 100);
@@ -136,13 +140,13 @@ TEST(SharedSegmentCacheTest, AnFdThatNamesAnotherSegmentIsMappedAfresh) {
   SharedSegmentCache cache;
   TestSegment old_segment(1 << 16);
   const int fd = old_segment.fd();
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), fd, 0, 10).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), fd, 0, 10, SharedSegment::Access::kWrite).ok());
   // The trainer's fd number now names a new segment: bytes go there, and the old
   // mapping is let go.
   TestSegment new_segment(1 << 16);
   old_segment.Close();
   new_segment.MoveTo(fd);
-  auto mapped = cache.OpenForWrite(::getpid(), fd, 0, 10);
+  auto mapped = cache.Open(::getpid(), fd, 0, 10, SharedSegment::Access::kWrite);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   std::memset((*mapped)->data(), 'n', 10);
   EXPECT_EQ(new_segment.bytes()[9], 'n');
@@ -152,15 +156,17 @@ TEST(SharedSegmentCacheTest, AnFdThatNamesAnotherSegmentIsMappedAfresh) {
 TEST(SharedSegmentCacheTest, KeepsAtMostPerProcessAndLetsClosedSegmentsGo) {
   SharedSegmentCache cache(/*per_process=*/2);
   TestSegment a(1 << 16), b(2 << 16), c(3 << 16);
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), a.fd(), 0, 1).ok());
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), b.fd(), 0, 1).ok());
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), a.fd(), 0, 1).ok());  // a is now the most recent
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), c.fd(), 0, 1).ok());  // b, the least recent, goes
+  ASSERT_TRUE(cache.Open(::getpid(), a.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), b.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
+  ASSERT_TRUE(
+      cache.Open(::getpid(), a.fd(), 0, 1, SharedSegment::Access::kWrite).ok());  // a is now the most recent
+  ASSERT_TRUE(
+      cache.Open(::getpid(), c.fd(), 0, 1, SharedSegment::Access::kWrite).ok());  // b, the least recent, goes
   EXPECT_EQ(cache.count(), 2);
   EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (3 << 16));
   // A segment the trainer closed is not held on its behalf past the next new mapping.
   c.Close();
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), b.fd(), 0, 1).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), b.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
   EXPECT_EQ(cache.count(), 2);
   EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (2 << 16));
 }
@@ -168,8 +174,8 @@ TEST(SharedSegmentCacheTest, KeepsAtMostPerProcessAndLetsClosedSegmentsGo) {
 TEST(SharedSegmentCacheTest, ASegmentTheTrainerClosedIsLetGoWithoutAnotherCall) {
   SharedSegmentCache cache;
   TestSegment kept(1 << 16), closed(2 << 16);
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), kept.fd(), 0, 1).ok());
-  ASSERT_TRUE(cache.OpenForWrite(::getpid(), closed.fd(), 0, 1).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), kept.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), closed.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
   closed.Close();     // as the Python client does once a restore returns
   cache.DropStale();  // what the cache's thread does every second
   EXPECT_EQ(cache.count(), 1);
@@ -179,13 +185,66 @@ TEST(SharedSegmentCacheTest, ASegmentTheTrainerClosedIsLetGoWithoutAnotherCall) 
 TEST(SharedSegmentCacheTest, RefusesWhatOpenRefusesWithTheSameCodes) {
   SharedSegmentCache cache;
   TestSegment unsealed(4096, /*sealed=*/false), small(4096);
-  EXPECT_EQ(cache.OpenForWrite(::getpid(), unsealed.fd(), 0, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache.OpenForWrite(::getpid(), small.fd(), 4000, 97).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache.OpenForWrite(::getpid(), 999999, 0, 1).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache.OpenForWrite(::getpid(), -1, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  for (SharedSegment::Access access : {SharedSegment::Access::kRead, SharedSegment::Access::kWrite}) {
+    EXPECT_EQ(cache.Open(::getpid(), unsealed.fd(), 0, 1, access).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(cache.Open(::getpid(), small.fd(), 4000, 97, access).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(cache.Open(::getpid(), 999999, 0, 1, access).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(cache.Open(::getpid(), -1, 0, 1, access).status().code(), absl::StatusCode::kInvalidArgument);
+  }
   EXPECT_EQ(cache.count(), 0);
+}
+
+// The permissions /proc/self/maps shows for the mapping that holds `p` ("rw-s", ...).
+std::string MappingPermissions(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t from = 0, to = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &from, &to, perms) == 3 && from <= address && address < to) {
+      return perms;
+    }
+  }
+  return "";
+}
+
+TEST(SharedSegmentCacheTest, ASaveReadsThroughOneReadOnlyMappingThatFollowsTheTrainersWrites) {
+  SharedSegmentCache cache;
+  TestSegment segment(1 << 20);
+  std::memset(segment.mutable_bytes(), 's', 1 << 20);
+  auto first = cache.Open(::getpid(), segment.fd(), 0, 4096, SharedSegment::Access::kRead);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(MappingPermissions((*first)->data()), "r--s");  // a stray write faults in the daemon
+  EXPECT_EQ((*first)->data()[4095], 's');
+  // The trainer's next step in the same pooled segment: read through the same mapping.
+  std::memset(segment.mutable_bytes(), 't', 1 << 20);
+  auto second = cache.Open(::getpid(), segment.fd(), 8192, 100, SharedSegment::Access::kRead);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->data(), (*first)->data() + 8192);
+  EXPECT_EQ((*second)->data()[99], 't');
+  EXPECT_EQ(cache.count(), 1);
+}
+
+TEST(SharedSegmentCacheTest, ARestoreReplacesAReadOnlyMappingAndASaveReusesAWritableOne) {
+  SharedSegmentCache cache;
+  TestSegment segment(1 << 16);
+  auto saved = cache.Open(::getpid(), segment.fd(), 0, 10, SharedSegment::Access::kRead);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto restored = cache.Open(::getpid(), segment.fd(), 0, 10, SharedSegment::Access::kWrite);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_NE((*restored)->data(), (*saved)->data());
+  EXPECT_EQ(MappingPermissions((*restored)->data()), "rw-s");
+  std::memset((*restored)->data(), 'r', 10);
+  EXPECT_EQ(segment.bytes()[9], 'r');
+  EXPECT_EQ((*saved)->data()[9], 'r');  // the save's view stays mapped while it is held
+  EXPECT_EQ(cache.count(), 1);
+  auto saved_again = cache.Open(::getpid(), segment.fd(), 0, 10, SharedSegment::Access::kRead);
+  ASSERT_TRUE(saved_again.ok()) << saved_again.status();
+  EXPECT_EQ((*saved_again)->data(), (*restored)->data());
+  EXPECT_EQ(cache.count(), 1);
 }
 
 }  // namespace

@@ -75,6 +75,16 @@ if [ -z "$BIN" ]; then
 fi
 BIN="$(cd "$BIN" && pwd)"  # the simulated hosts' processes start elsewhere
 BYTES=$(/usr/bin/python3 -c "print(int(float('$SIZE_GIB') * (1 << 30)))")
+# At most one root of 5 steps is on disk at a time, beside one baseline file: refuse
+# up front rather than fail with ENOSPC minutes into the run.
+NEED_KIB=$(( BYTES / 1024 * 6 + (1 << 20) ))
+FREE_KIB=$(df -Pk "$DIR" | awk 'NR == 2 {print $4}')
+if [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
+  echo "bench.sh: $DIR has $((FREE_KIB >> 20)) GiB free; --size $SIZE_GIB needs about" \
+    "$(( (NEED_KIB + (1 << 20) - 1) >> 20 )) GiB (5 checkpoints of the size and a baseline file): free" \
+    "some space or pass --dir" >&2
+  exit 2
+fi
 WORK="$(mktemp -d "$DIR/ckptd-bench-XXXXXX")"
 SOCK="$WORK/sock/ckptd-{rank}.sock"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
@@ -159,8 +169,9 @@ fi
 
 # The memory tier: the same run with memory_steps 5 (it saves steps 1-5 and restores
 # each of them once), so the same-cut restores read each daemon's own data file from memory.
-echo "== memory tier: 2 daemons with memory_steps 4, 4 trainers" >&2
+echo "== memory tier: 2 daemons with memory_steps 5, 4 trainers" >&2
 stop_daemons
+rm -rf "$WORK/root"  # the last run's 5 steps: not needed past here
 "${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root-memory" --socket "$SOCK" --commit-timeout 600s \
   --memory-steps 5 > "$WORK/daemons-memory.log" 2>&1 &
 MPIRUN_PID=$!
@@ -190,7 +201,6 @@ PEER="{}"
 if [ "$PEERS" = 1 ]; then
   bash scripts/install-deps.sh --peers > /dev/null
   echo "== peers: PyTorch DCP and parallel HDF5, 2 ranks, the same bytes" >&2
-  rm -rf "$WORK/root"
   PEER=$("${MPIRUN[@]}" -np 2 /usr/bin/python3 scripts/bench_peers.py --dir "$WORK" --bytes "$BYTES" \
     --repeat "$REPEAT") || { echo "bench.sh: the peers' run failed" >&2; exit 1; }
 fi

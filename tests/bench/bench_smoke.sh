@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs scripts/bench.sh small (64 MiB, metadata with small counts is not run) on the
-# binaries of this build and checks that its JSON has every key issue 4 asks for,
+# Checks that scripts/bench.sh refuses a size its directory cannot hold, then runs it
+# small (64 MiB, metadata with small counts is not run) on the binaries of this build
+# and checks that its JSON has every key issue 4 asks for,
 # each a positive number. As root it adds --hosts 2 and checks where the bytes went:
 # with local storage a resharded restore brings half of each host's bytes from the
 # other host, with a shared root too (read_once: each file is read by one daemon), but
@@ -10,6 +11,15 @@ set -euo pipefail
 SRC="$1" BIN="$2"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
+# A size the directory cannot hold is refused before anything runs or is written.
+REFUSED=0
+bash "$SRC/scripts/bench.sh" --size 1000000 --dir "$OUT" --binaries "$BIN" 2> "$OUT/refused.txt" || REFUSED=$?
+if [ "$REFUSED" != 2 ] || ! grep -q "GiB free; --size 1000000 needs about" "$OUT/refused.txt" ||
+  [ -n "$(ls -A "$OUT" | grep -v '^refused.txt$')" ]; then
+  echo "bench_smoke: --size 1000000 was not refused up front (exit $REFUSED):" >&2
+  cat "$OUT/refused.txt" >&2
+  exit 1
+fi
 HOSTS=()
 [ "$(id -u)" = 0 ] && HOSTS=(--hosts 2)
 bash "$SRC/scripts/bench.sh" --size 0.0625 --no-metadata --dir "$OUT" --json "$OUT/bench.json" --binaries "$BIN" \

@@ -69,14 +69,9 @@ if [ "$HOSTS" != 0 ]; then
     { echo "bench.sh: --hosts takes 2 to 8" >&2; exit 2; }
   [ "$(id -u)" = 0 ] || { echo "bench.sh: --hosts needs root (network and mount namespaces)" >&2; exit 2; }
 fi
-if [ -z "$BIN" ]; then
-  bash scripts/build.sh > /dev/null
-  BIN=build
-fi
-BIN="$(cd "$BIN" && pwd)"  # the simulated hosts' processes start elsewhere
 BYTES=$(/usr/bin/python3 -c "print(int(float('$SIZE_GIB') * (1 << 30)))")
 # At most one root of 5 steps is on disk at a time, beside one baseline file: refuse
-# up front rather than fail with ENOSPC minutes into the run.
+# up front (before any build) rather than fail with ENOSPC minutes into the run.
 NEED_KIB=$(( BYTES / 1024 * 6 + (1 << 20) ))
 FREE_KIB=$(df -Pk "$DIR" | awk 'NR == 2 {print $4}')
 if [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
@@ -85,6 +80,11 @@ if [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
     "some space or pass --dir" >&2
   exit 2
 fi
+if [ -z "$BIN" ]; then
+  bash scripts/build.sh > /dev/null
+  BIN=build
+fi
+BIN="$(cd "$BIN" && pwd)"  # the simulated hosts' processes start elsewhere
 WORK="$(mktemp -d "$DIR/ckptd-bench-XXXXXX")"
 SOCK="$WORK/sock/ckptd-{rank}.sock"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)

@@ -158,10 +158,9 @@ TEST(SharedSegmentCacheTest, KeepsAtMostPerProcessAndLetsClosedSegmentsGo) {
   TestSegment a(1 << 16), b(2 << 16), c(3 << 16);
   ASSERT_TRUE(cache.Open(::getpid(), a.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
   ASSERT_TRUE(cache.Open(::getpid(), b.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
-  ASSERT_TRUE(
-      cache.Open(::getpid(), a.fd(), 0, 1, SharedSegment::Access::kWrite).ok());  // a is now the most recent
-  ASSERT_TRUE(
-      cache.Open(::getpid(), c.fd(), 0, 1, SharedSegment::Access::kWrite).ok());  // b, the least recent, goes
+  // a is now the most recent; then b, the least recent, goes for c.
+  ASSERT_TRUE(cache.Open(::getpid(), a.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
+  ASSERT_TRUE(cache.Open(::getpid(), c.fd(), 0, 1, SharedSegment::Access::kWrite).ok());
   EXPECT_EQ(cache.count(), 2);
   EXPECT_EQ(cache.mapped_bytes(), (1 << 16) + (3 << 16));
   // A segment the trainer closed is not held on its behalf past the next new mapping.

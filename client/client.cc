@@ -219,6 +219,8 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
   header->set_store_float32_as_bfloat16(options.store_float32_as_bfloat16);
   for (const auto& [key, value] : options.trainer_state) (*header->mutable_trainer_state())[key] = value;
   std::vector<std::pair<const void*, size_t>> pieces;
+  pieces.reserve(shards.size());
+  header->mutable_tensors()->Reserve(static_cast<int>(shards.size()));
   for (const TensorShard& s : shards) {
     v1::TensorDescriptor* d = header->add_tensors();
     d->set_name(s.name);
@@ -237,17 +239,17 @@ absl::StatusOr<SaveResult> Client::Save(const std::string& run, int64_t step, in
     }
   }
   if (UseSharedMemory(options.transport)) {
-    absl::StatusOr<SaveResult> result = SaveVia(true, *header, pieces, options);
+    absl::StatusOr<SaveResult> result = SaveVia(true, &message, pieces, options);
     if (result.ok() || options.transport != Transport::kAuto || !SharedMemoryUnusable(result.status())) {
       return result;
     }
     std::lock_guard<std::mutex> lock(mu_);
     shared_memory_works_ = false;
   }
-  return SaveVia(false, *header, pieces, options);
+  return SaveVia(false, &message, pieces, options);
 }
 
-absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader header,
+absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveRequest* message,
                                            const std::vector<std::pair<const void*, size_t>>& pieces,
                                            const SaveOptions& options) {
   size_t total = 0;
@@ -260,18 +262,18 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
       if (size > 0) std::memcpy(out, data, size);
       out += size;
     }
-    v1::SharedMemory* shm = header.mutable_shared_memory();
+    v1::SharedMemory* shm = message->mutable_header()->mutable_shared_memory();
     shm->set_fd(segment->fd());
     shm->set_offset(0);
     shm->set_size(static_cast<int64_t>(total));
+  } else {
+    message->mutable_header()->clear_shared_memory();
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(options.timeout));
   v1::SaveResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::SaveRequest>> writer(stub_->Save(&ctx, &response));
-  v1::SaveRequest message;
-  *message.mutable_header() = std::move(header);
-  bool open = writer->Write(message);
+  bool open = writer->Write(*message);
   // Pack consecutive pieces into chunks of up to 4 MiB. One message is reused: its
   // buffer keeps its pages, where a fresh 4 MiB string per chunk would page-fault
   // through every chunk (first touch runs at a fraction of memcpy speed).
@@ -296,7 +298,7 @@ absl::StatusOr<SaveResult> Client::SaveVia(bool shared_memory, v1::SaveHeader he
   writer->WritesDone();
   const absl::Status status = FromGrpcStatus(writer->Finish());
   if (segment != nullptr) {
-    const auto key = std::make_pair(message.header().run(), message.header().step());
+    const auto key = std::make_pair(message->header().run(), message->header().step());
     if (status.ok()) {
       // The daemon writes from the segment until the step is committed.
       std::lock_guard<std::mutex> lock(mu_);
@@ -366,6 +368,9 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
   // Each target's reply is one byte stream, scattered over its buffers in order.
   std::vector<std::vector<std::pair<void*, size_t>>> pieces;
   std::vector<size_t> capacity;
+  pieces.reserve(targets.size());
+  capacity.reserve(targets.size());
+  request.mutable_tensors()->Reserve(static_cast<int>(targets.size()));
   for (const RestoreTarget& t : targets) {
     if (t.host_buffer != nullptr &&
         (t.use_layout || t.device_memory.has_value() || !t.host_buffer->Contains(t.data, t.size))) {
@@ -395,14 +400,14 @@ absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<in
     capacity.push_back(total);
   }
   if (UseSharedMemory(options.transport)) {
-    absl::StatusOr<int64_t> restored = RestoreVia(true, request, targets, pieces, capacity, options);
+    absl::StatusOr<int64_t> restored = RestoreVia(true, &request, targets, pieces, capacity, options);
     if (restored.ok() || options.transport != Transport::kAuto || !SharedMemoryUnusable(restored.status())) {
       return restored;
     }
     std::lock_guard<std::mutex> lock(mu_);
     shared_memory_works_ = false;
   }
-  return RestoreVia(false, request, targets, pieces, capacity, options);
+  return RestoreVia(false, &request, targets, pieces, capacity, options);
 }
 
 namespace {
@@ -425,7 +430,7 @@ void Scatter(const std::vector<std::pair<void*, size_t>>& pieces, size_t offset,
 
 }  // namespace
 
-absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreRequest request,
+absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreRequest* request,
                                            const std::vector<RestoreTarget>& targets,
                                            const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
                                            const std::vector<size_t>& capacity,
@@ -434,13 +439,15 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   std::vector<int64_t> offsets;
   size_t total = 0;
   for (size_t i = 0; i < capacity.size(); ++i) {
-    v1::TensorRequest& tensor = *request.mutable_tensors(static_cast<int>(i));
+    v1::TensorRequest& tensor = *request->mutable_tensors(static_cast<int>(i));
     const HostBuffer* host = targets[i].host_buffer;
     if (shared_memory && host != nullptr) {  // the daemon writes into the target itself
       v1::SharedMemory* range = tensor.mutable_host_memory();
       range->set_fd(host->fd());
       range->set_offset(static_cast<char*>(targets[i].data) - host->data());
       range->set_size(static_cast<int64_t>(targets[i].size));
+    } else {
+      tensor.clear_host_memory();
     }
     if (tensor.has_device_memory() || tensor.has_host_memory()) {
       offsets.push_back(-1);
@@ -454,10 +461,12 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   std::unique_ptr<Segment> segment;
   if (shared_memory && total > 0) {
     ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
-    v1::SharedMemory* shm = request.mutable_shared_memory();
+    v1::SharedMemory* shm = request->mutable_shared_memory();
     shm->set_fd(segment->fd());
     shm->set_offset(0);
     shm->set_size(static_cast<int64_t>(segment->size()));
+  } else {
+    request->clear_shared_memory();
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(options.timeout));
@@ -466,7 +475,7 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   const grpc::internal::RpcMethod method(internal::kRestoreMethod,
                                          grpc::internal::RpcMethod::SERVER_STREAMING, channel_);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, *request));
   grpc::ByteBuffer bytes;
   std::vector<grpc::Slice> slices;
   internal::RawRestoreResponse message;
@@ -512,7 +521,7 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   if (!problem.ok()) return problem;
   if (!status.ok()) return FromGrpcStatus(status);
   for (size_t i = 0; i < targets.size(); ++i) {
-    if (request.tensors(static_cast<int>(i)).has_host_memory()) received[i] = capacity[i];
+    if (request->tensors(static_cast<int>(i)).has_host_memory()) received[i] = capacity[i];
   }
   if (segment != nullptr) {
     const bool same_layout =

@@ -419,7 +419,7 @@ int PrintValues(BundleReader& reader, const std::string& name, bool as_json) {
   bool empty = false;
   for (const auto& a : axes) empty = empty || a.empty();
   std::vector<size_t> at(rank, 0);
-  ckptd::Box one{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1)};
+  ckptd::Box one{ckptd::Shape(rank, 0), ckptd::Shape(rank, 1)};
   std::string element(static_cast<size_t>(ckptd::DataTypeSize(info->dtype)), '\0');
   while (!empty) {
     int64_t flat = 0;

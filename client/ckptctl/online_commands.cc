@@ -311,7 +311,7 @@ absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::
     ckptd::RestoreTarget target;
     target.name = name;
     target.dtype = want;
-    target.shape = shape;
+    target.shape.assign(shape.begin(), shape.end());
     target.data = bytes.data();
     target.size = bytes.size();
     RETURN_IF_ERROR(client.Restore(run, listed.step(), {target}).status());

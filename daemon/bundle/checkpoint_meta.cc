@@ -65,6 +65,12 @@ class JsonWriter {
     Key(key);
     Array(values);
   }
+  void Field(std::string_view key, const Shape& values) {
+    Key(key);
+    BeginArray();
+    for (int64_t v : values) Value(v);
+    EndArray();
+  }
 
  private:
   // Before any value or key: a separator and the indent, unless it follows a key.
@@ -168,6 +174,21 @@ std::string CheckpointMeta::ToJson() const {
   return w.Take();
 }
 
+namespace {
+
+// `object[key]` as dims; empty when absent. A value that is not an array of integers
+// throws nlohmann's type_error, as json::value() does for a field of the wrong type.
+Shape DimsField(const nlohmann::json& object, const char* key) {
+  Shape dims;
+  const auto it = object.find(key);
+  if (it == object.end()) return dims;
+  for (const nlohmann::json& v : it->get_ref<const nlohmann::json::array_t&>())
+    dims.push_back(v.get<int64_t>());
+  return dims;
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text) {
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return absl::DataLossError(absl::StrCat(kCheckpointMetaFile, ": not a JSON object"));
@@ -195,11 +216,11 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
     for (const auto& t : doc.value("tensors", nlohmann::json::array())) {
       Tensor tensor{.name = t.value("name", ""),
                     .dtype = t.value("dtype", ""),
-                    .shape = t.value("shape", Shape()),
+                    .shape = DimsField(t, "shape"),
                     .layout = t.value("layout", "")};
       for (const auto& b : t.value("boxes", nlohmann::json::array())) {
-        tensor.boxes.push_back({.box = Box{b.value("start", Shape()), b.value("length", Shape())},
-                                .writer = b.value("writer", 0)});
+        tensor.boxes.push_back(
+            {.box = Box{DimsField(b, "start"), DimsField(b, "length")}, .writer = b.value("writer", 0)});
       }
       meta.tensors.push_back(std::move(tensor));
     }

@@ -97,6 +97,9 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
 absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan_out) {
   // Every rank learns every shard, then computes the same plan.
   internal::ShardList local;
+  size_t staged = 0;
+  for (const TrainerPayload& p : attempt.payloads) staged += p.tensors.size();
+  local.mutable_shards()->Reserve(static_cast<int>(staged));
   for (const TrainerPayload& p : attempt.payloads) {
     for (const StagedTensor& t : p.tensors) {
       internal::Shard* s = local.add_shards();
@@ -120,12 +123,18 @@ absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* 
   }
   ASSIGN_OR_RETURN(std::vector<std::string> all,
                    collective_->AllGather(local.SerializeAsString(), attempt.deadline));
+  std::vector<internal::ShardList> lists(all.size());
+  size_t total_shards = 0;
+  for (size_t host = 0; host < all.size(); ++host) {
+    lists[host].ParseFromString(all[host]);
+    total_shards += static_cast<size_t>(lists[host].shards_size());
+  }
   std::vector<ShardRef> shards;
+  shards.reserve(total_shards);
   std::vector<TrainerDevices> trainers;
   absl::Status failed_somewhere = absl::OkStatus();
   for (int host = 0; host < static_cast<int>(all.size()); ++host) {
-    internal::ShardList list;
-    list.ParseFromString(all[host]);
+    const internal::ShardList& list = lists[host];
     if (!list.failure().empty() && failed_somewhere.ok()) {
       failed_somewhere = absl::DeadlineExceededError(list.failure());
     }

@@ -9,15 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 
 namespace ckptd {
 
-using Shape = std::vector<int64_t>;
+// Dims, starts and lengths are held inline up to rank 4 (most tensors): a save or
+// restore of 100,000 tensors makes and copies several of each per tensor, and each
+// would otherwise be a heap allocation.
+using Shape = absl::InlinedVector<int64_t, 4>;
 
 struct Box {
-  std::vector<int64_t> start;
-  std::vector<int64_t> length;
+  Shape start;
+  Shape length;
 
   size_t rank() const { return start.size(); }
   // Product of lengths; 1 for a scalar box.

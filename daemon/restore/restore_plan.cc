@@ -71,6 +71,7 @@ absl::StatusOr<RestoreItem> PlanOne(BundleReader& reader, const TensorWant& want
 absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<TensorWant>& wants,
                                         const Placement& placement) {
   RestorePlan plan;
+  plan.items.reserve(wants.size());
   for (size_t i = 0; i < wants.size(); ++i) {
     ASSIGN_OR_RETURN(RestoreItem item,
                      PlanOne(reader, wants[i], placement, absl::StrCat("tensors[", i, "]")));
@@ -85,6 +86,7 @@ absl::StatusOr<RestorePlan> PlanRestore(BundleReader& reader, const std::vector<
 
 std::vector<ReadCache::Range> StoredRanges(const BundleReader& reader, const RestorePlan& plan) {
   std::vector<ReadCache::Range> ranges;
+  ranges.reserve(plan.items.size());
   for (const RestoreItem& item : plan.items) {
     for (const SavedPiece& piece : item.info.pieces) {
       if (!absl::c_any_of(item.boxes, [&](const Box& box) { return PieceHolds(piece, box); })) continue;

@@ -166,7 +166,7 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
         "header: the first message of a Save stream must be a header that parses (string fields such as run "
         "and tensor names must be valid UTF-8)");
   }
-  const v1::SaveHeader header = message.header();
+  const v1::SaveHeader& header = message.header();  // no copy: `message` outlives every use
   RETURN_IF_ERROR(CheckTrainerCount(header.trainer_count()));
   ASSIGN_OR_RETURN(Placement placement, ValidatePlacement(header.mesh(), header.device_ids()));
   RETURN_IF_ERROR(CheckTensorCount(header.tensors_size()));
@@ -575,6 +575,7 @@ absl::StatusOr<CkptdService::RestoreOutputs> CkptdService::PrepareOutputs(
   out.streamed.resize(plan.items.size());
   out.kept.resize(plan.items.size());
   out.device_buffers.resize(plan.items.size());
+  out.destinations.reserve(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     if (wants.devices[i].has_value()) {
       ASSIGN_OR_RETURN(out.device_buffers[i], staging_->Allocate(plan.items[i].bytes, deadline));

@@ -17,6 +17,7 @@ namespace ckptd {
 SavePayloadBuilder::SavePayloadBuilder(StagingArea* staging, DeviceStager* device,
                                        const std::vector<CheckedTensor>& tensors, absl::Time deadline)
     : staging_(staging), device_(device), tensors_(tensors), deadline_(deadline) {
+  segments_.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const CheckedTensor& t = tensors[i];
     if (t.device_memory.has_value()) {
@@ -96,9 +97,13 @@ absl::StatusOr<TrainerPayload> SavePayloadBuilder::Build(const v1::SaveHeader& h
   payload.trainer_id = header.trainer_id();
   payload.mesh = header.mesh();
   payload.device_ids = placement.device_ids;
-  std::set<std::pair<size_t, Box>> seen;  // devices of one trainer holding the same box
+  payload.tensors.reserve(segments_.size() + static_cast<size_t>(header.trainer_state_size()));
+  // Devices of one trainer holding the same box of a tensor with a layout: staged
+  // once. A tensor without a layout has one box, so only those with several are
+  // looked up (no set node per tensor of a 100,000-tensor save).
+  std::set<std::pair<size_t, Box>> seen;
   for (Segment& seg : segments_) {
-    if (!seen.insert({seg.tensor, seg.box}).second) continue;
+    if (tensors_[seg.tensor].boxes.size() > 1 && !seen.insert({seg.tensor, seg.box}).second) continue;
     if (!seg.buffer.allocated()) {  // an empty box received no chunk
       ASSIGN_OR_RETURN(seg.buffer, staging_->Allocate(0));
     }

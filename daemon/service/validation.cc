@@ -87,6 +87,7 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
   }
   absl::flat_hash_set<absl::string_view> names;  // into the header, which outlives the loop
   names.reserve(static_cast<size_t>(header.tensors_size()));
+  out->reserve(out->size() + static_cast<size_t>(header.tensors_size()));
   for (int i = 0; i < header.tensors_size(); ++i) {
     const v1::TensorDescriptor& t = header.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");
@@ -178,6 +179,10 @@ absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory
 
 absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& request) {
   RestoreWants wants;
+  const size_t count = static_cast<size_t>(request.tensors_size());
+  wants.tensors.reserve(count);
+  wants.devices.reserve(count);
+  wants.host_memory.reserve(count);
   for (int i = 0; i < request.tensors_size(); ++i) {
     const v1::TensorRequest& t = request.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");

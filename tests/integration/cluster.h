@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -83,6 +84,13 @@ class Cluster {
   pid_t mpirun_ = -1;
   int exit_code_ = -1;
 };
+
+// The client API's form of a daemon Shape or Box start/length (the daemon keeps
+// them inline; the client takes std::vector).
+template <typename Dims>
+std::vector<int64_t> AsVector(const Dims& dims) {
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
 
 // Runs fn(trainer) on `count` threads and returns each one's status, by trainer id.
 std::vector<absl::Status> RunTrainers(int count, const std::function<absl::Status(int trainer)>& fn);

@@ -92,7 +92,7 @@ absl::Status RestoreAndCheck(Client& client, const std::string& run, int trainer
   for (size_t i = 0; i < Model().size(); ++i) {
     const Spec& t = Model()[i];
     ASSIGN_OR_RETURN(Layout layout, MakeLayout(specs[i], *parsed));
-    NamedTensor named{t.dtype, t.shape, specs[i], {}};
+    NamedTensor named{t.dtype, AsVector(t.shape), specs[i], {}};
     for (int64_t d : devices) {
       ASSIGN_OR_RETURN(Box box, layout.BoxFor(t.shape, d));
       boxes[i].push_back(box);
@@ -137,7 +137,7 @@ class ReshardTest : public ::testing::Test {
       NamedTensors tensors;
       for (const Spec& s : Model()) {
         ASSIGN_OR_RETURN(Layout layout, MakeLayout(s.saved_specs, parsed));
-        NamedTensor named{s.dtype, s.shape, s.saved_specs, {}};
+        NamedTensor named{s.dtype, AsVector(s.shape), s.saved_specs, {}};
         for (int64_t d : devices) {
           ASSIGN_OR_RETURN(Box box, layout.BoxFor(s.shape, d));
           storage.push_back(BoxBytes(s, box));
@@ -238,8 +238,9 @@ TEST_F(ReshardTest, TwoWayShardedTensorRestoresAsRowSlabs) {
   for (int64_t slab = 0; slab < 3; ++slab) {
     const Box box{{slab * 8, 0}, {8, 48}};
     std::string out(8 * 48 * 4, '\0');
-    auto step = client->Restore(
-        kRun, 1, {RestoreTarget{a.name, a.dtype, a.shape, box.start, box.length, out.data(), out.size()}});
+    auto step = client->Restore(kRun, 1,
+                                {RestoreTarget{a.name, a.dtype, AsVector(a.shape), AsVector(box.start),
+                                               AsVector(box.length), out.data(), out.size()}});
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(out, BoxBytes(a, box)) << "slab " << slab;
   }

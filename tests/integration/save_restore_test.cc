@@ -53,7 +53,9 @@ OwnedShard MakeShard(const std::string& name, int dtype, int64_t step, const Sha
   std::vector<T> values = BoxValues<T>(name, step, shape, box);
   auto bytes =
       std::make_shared<std::string>(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-  return {{name, dtype, shape, box.start, box.length, bytes->data(), bytes->size()}, bytes};
+  return {
+      {name, dtype, AsVector(shape), AsVector(box.start), AsVector(box.length), bytes->data(), bytes->size()},
+      bytes};
 }
 
 absl::Status SaveShards(Client& client, const std::string& run, int64_t step, int trainer, int trainers,
@@ -71,8 +73,8 @@ absl::StatusOr<std::vector<T>> RestoreBox(Client& client, const std::string& run
   std::vector<T> out(static_cast<size_t>(box.NumElements()));
   RestoreTarget target{.name = name,
                        .dtype = dtype,
-                       .box_start = box.start,
-                       .box_length = box.length,
+                       .box_start = AsVector(box.start),
+                       .box_length = AsVector(box.length),
                        .data = out.data(),
                        .size = out.size() * sizeof(T)};
   auto restored = client.Restore(run, step, {target});

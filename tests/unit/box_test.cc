@@ -11,8 +11,8 @@ TEST(BoxTest, IntersectOverlapping) {
   Box a{{0, 0}, {4, 4}}, b{{2, 3}, {4, 4}};
   auto c = Intersect(a, b);
   ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->start, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(c->length, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(c->start, (Shape{2, 3}));
+  EXPECT_EQ(c->length, (Shape{2, 1}));
 }
 
 TEST(BoxTest, IntersectTouchingIsEmpty) {

@@ -276,7 +276,11 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
   EXPECT_EQ(old->hosts[0].host, "");
   for (const std::string& bad :
        {std::string("[]"), std::string("{\"format\": \"other/1\"}"),
-        std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{")}) {
+        std::string("{\"format\": \"ckptd/1\", \"step\": \"x\"}"), std::string("{"),
+        // Dims of the wrong type: not an array, or an array of something else.
+        std::string(R"({"format": "ckptd/1", "tensors": [{"name": "w", "shape": 4}]})"),
+        std::string(R"({"format": "ckptd/1", "tensors": [{"name": "w", "shape": [4, "2"]}]})"),
+        std::string(R"({"format": "ckptd/1", "tensors": [{"name": "w", "boxes": [{"start": {}}]}]})")}) {
     EXPECT_EQ(CheckpointMeta::FromJson(bad).status().code(), absl::StatusCode::kDataLoss) << bad;
   }
 }

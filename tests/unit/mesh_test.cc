@@ -124,8 +124,8 @@ TEST(MeshTest, DeviceCoordinatesAreRowMajor) {
   auto layout = MakeLayout({"y", "x"}, *mesh);
   auto box = layout->BoxFor({8, 4}, 16);  // x=1, y=2
   ASSERT_TRUE(box.ok());
-  EXPECT_EQ(box->start, (std::vector<int64_t>{4, 2}));
-  EXPECT_EQ(box->length, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(box->start, (Shape{4, 2}));
+  EXPECT_EQ(box->length, (Shape{2, 2}));
 }
 
 TEST(MeshCoverageTest, AcceptsExactCoverAndRecordsMeshWithoutLocalParts) {

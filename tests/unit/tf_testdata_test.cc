@@ -67,7 +67,8 @@ TEST_P(TfTestdataTest, MatchesExpectedJson) {
     SCOPED_TRACE(key);
     EXPECT_EQ(key, want["key"].get<std::string>());
     EXPECT_EQ(DataTypeName(entry.dtype()), want["dtype"].get<std::string>());
-    EXPECT_EQ(ShapeFromProto(entry.shape()), want["shape"].get<std::vector<int64_t>>());
+    const auto want_shape = want["shape"].get<std::vector<int64_t>>();
+    EXPECT_EQ(ShapeFromProto(entry.shape()), Shape(want_shape.begin(), want_shape.end()));
     EXPECT_EQ(entry.shard_id(), want["shard"].get<int>());
     EXPECT_EQ(entry.offset(), want["offset"].get<int64_t>());
     EXPECT_EQ(entry.size(), want["size"].get<int64_t>());

@@ -226,10 +226,13 @@ class Client {
  private:
   using Segment = HostBuffer;  // the reply and save segments the client pools
   Client(std::shared_ptr<grpc::Channel> channel, bool local);
-  absl::StatusOr<SaveResult> SaveVia(bool shared_memory, v1::SaveHeader header,
+  // Both send the request they are given, setting or clearing its shared-memory
+  // fields for this try: a fallback reuses it, and nothing copies a request of
+  // 100,000 tensors.
+  absl::StatusOr<SaveResult> SaveVia(bool shared_memory, v1::SaveRequest* message,
                                      const std::vector<std::pair<const void*, size_t>>& pieces,
                                      const SaveOptions& options);
-  absl::StatusOr<int64_t> RestoreVia(bool shared_memory, v1::RestoreRequest request,
+  absl::StatusOr<int64_t> RestoreVia(bool shared_memory, v1::RestoreRequest* request,
                                      const std::vector<RestoreTarget>& targets,
                                      const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
                                      const std::vector<size_t>& capacity, const RestoreOptions& options);

@@ -12,6 +12,17 @@ namespace ckptd {
 
 namespace {
 
+// `object[key]` as dims; empty when absent. A value that is not an array of integers
+// throws nlohmann's type_error, as json::value() does for a field of the wrong type.
+Shape DimsField(const nlohmann::json& object, const char* key) {
+  Shape dims;
+  const auto it = object.find(key);
+  if (it == object.end()) return dims;
+  for (const nlohmann::json& v : it->get_ref<const nlohmann::json::array_t&>())
+    dims.push_back(v.get<int64_t>());
+  return dims;
+}
+
 // Writes JSON exactly as nlohmann::json::dump(1) writes the same document (keys in
 // sorted order, one space per level), straight into one string: building the
 // document first costs several allocations per tensor, which at 100,000 tensors
@@ -41,10 +52,11 @@ class JsonWriter {
     Element();
     out_ += nlohmann::json(v).dump();  // its shortest round-trip form, as before
   }
-  template <typename T>
-  void Array(const std::vector<T>& values) {
+  // Any container of integers: a std::vector or a Shape.
+  template <typename Ints>
+  void Array(const Ints& values) {
     BeginArray();
-    for (const T& v : values) Value(static_cast<int64_t>(v));
+    for (const auto& v : values) Value(static_cast<int64_t>(v));
     EndArray();
   }
   // A key and its value: a string, a number, or a vector of integers.
@@ -67,9 +79,7 @@ class JsonWriter {
   }
   void Field(std::string_view key, const Shape& values) {
     Key(key);
-    BeginArray();
-    for (int64_t v : values) Value(v);
-    EndArray();
+    Array(values);
   }
 
  private:
@@ -173,21 +183,6 @@ std::string CheckpointMeta::ToJson() const {
   w.EndObject();
   return w.Take();
 }
-
-namespace {
-
-// `object[key]` as dims; empty when absent. A value that is not an array of integers
-// throws nlohmann's type_error, as json::value() does for a field of the wrong type.
-Shape DimsField(const nlohmann::json& object, const char* key) {
-  Shape dims;
-  const auto it = object.find(key);
-  if (it == object.end()) return dims;
-  for (const nlohmann::json& v : it->get_ref<const nlohmann::json::array_t&>())
-    dims.push_back(v.get<int64_t>());
-  return dims;
-}
-
-}  // namespace
 
 absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text) {
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

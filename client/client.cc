@@ -480,7 +480,16 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   std::vector<grpc::Slice> slices;
   internal::RawRestoreResponse message;
   v1::RestoreHeader header;
+  bool have_header = false;
   std::vector<size_t> received(targets.size(), 0);
+  // Tensors copied out of the segment so far: as RestoreReady names them, the rest at the end.
+  std::vector<bool> copied_out(targets.size(), false);
+  auto copy_out = [&](size_t i) {
+    if (offsets[i] < 0 || copied_out[i]) return;
+    Scatter(pieces[i], 0, segment->data() + offsets[i], capacity[i]);
+    copied_out[i] = true;
+    received[i] = capacity[i];
+  };
   absl::Status problem;
   while (reader->Read(&bytes)) {
     if (!problem.ok()) continue;
@@ -493,6 +502,29 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
     }
     if (message.has_header) {
       header = std::move(message.header);
+      have_header = true;
+      // A layout unlike the client's would put bytes where the targets do not expect them.
+      if (segment != nullptr &&
+          (header.shared_memory_bytes() != static_cast<int64_t>(total) ||
+           !std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
+                       header.shared_memory_offsets().end()))) {
+        problem = absl::InvalidArgumentError(absl::StrCat(
+            "the restored tensors need ", header.shared_memory_bytes(), " bytes but the target buffers hold ",
+            total, " (a target's size differs from its box)"));
+        ctx.TryCancel();
+      }
+      continue;
+    }
+    if (message.has_ready) {
+      for (const int32_t index : message.ready.tensor_indices()) {
+        if (!have_header || segment == nullptr || index < 0 || static_cast<size_t>(index) >= targets.size()) {
+          problem = absl::InvalidArgumentError(absl::StrCat(
+              "the daemon named tensor ", index, " ready, which is not in its shared-memory reply"));
+          ctx.TryCancel();
+          break;
+        }
+        if (!options.keep_targets_on_failure) copy_out(static_cast<size_t>(index));
+      }
       continue;
     }
     if (message.has_trailer) {  // the counters of a restore streamed while it was read
@@ -524,20 +556,8 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
     if (request->tensors(static_cast<int>(i)).has_host_memory()) received[i] = capacity[i];
   }
   if (segment != nullptr) {
-    const bool same_layout =
-        header.shared_memory_bytes() == static_cast<int64_t>(total) &&
-        std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
-                   header.shared_memory_offsets().end());
-    if (!same_layout) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the restored tensors need ", header.shared_memory_bytes(), " bytes but the target buffers hold ",
-          total, " (a target's size differs from its box)"));
-    }
-    for (size_t i = 0; i < targets.size(); ++i) {
-      if (offsets[i] < 0) continue;
-      Scatter(pieces[i], 0, segment->data() + offsets[i], capacity[i]);
-      received[i] = capacity[i];
-    }
+    if (!have_header) return absl::InternalError("the daemon's restore reply had no header");
+    for (size_t i = 0; i < targets.size(); ++i) copy_out(i);
     ReturnSegment(std::move(segment));
   }
   for (size_t i = 0; i < targets.size(); ++i) {

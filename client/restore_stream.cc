@@ -116,23 +116,28 @@ absl::Status ParseRestoreResponse(const std::vector<grpc::Slice>& slices, RawRes
     uint64_t tag = 0, length = 0;
     if (!cursor.ReadVarint(&tag)) return Malformed("field tag");
     const uint64_t field = tag >> 3, wire_type = tag & 7;
-    if (field >= 1 && field <= 3 && wire_type == kDelimited) {
+    if (field >= 1 && field <= 4 && wire_type == kDelimited) {
       if (!cursor.ReadVarint(&length)) return Malformed("length");
       // The payload is a oneof: the last member parsed wins.
       out->has_header = field == 1;
       out->has_chunk = field == 2;
       out->has_trailer = field == 3;
+      out->has_ready = field == 4;
       if (field == 2) {
         if (absl::Status s = ParseChunk(cursor, length, out); !s.ok()) return s;
         continue;
       }
-      std::string bytes;  // a header or trailer: small, parsed by protobuf
-      if (!cursor.Take(length, [&bytes](const char* p, size_t n) { bytes.append(p, n); })) {
-        return Malformed(field == 1 ? "header" : "trailer");
+      // A header, trailer or ready: small, parsed by protobuf.
+      google::protobuf::MessageLite* small =
+          field == 1   ? static_cast<google::protobuf::MessageLite*>(&out->header)
+          : field == 3 ? static_cast<google::protobuf::MessageLite*>(&out->trailer)
+                       : &out->ready;
+      const char* what = field == 1 ? "header" : field == 3 ? "trailer" : "ready";
+      std::string bytes;
+      if (!cursor.Take(length, [&bytes](const char* p, size_t n) { bytes.append(p, n); }) ||
+          !small->MergeFromString(bytes)) {
+        return Malformed(what);
       }
-      const bool parsed =
-          field == 1 ? out->header.MergeFromString(bytes) : out->trailer.MergeFromString(bytes);
-      if (!parsed) return Malformed(field == 1 ? "header" : "trailer");
     } else if (!cursor.SkipField(wire_type)) {
       return Malformed("field");
     }

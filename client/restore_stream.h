@@ -28,6 +28,8 @@ struct RawRestoreResponse {
   v1::RestoreHeader header{};
   bool has_trailer = false;
   v1::RestoreTrailer trailer{};
+  bool has_ready = false;
+  v1::RestoreReady ready{};
   bool has_chunk = false;
   int64_t tensor_index = 0;
   int64_t offset = 0;

@@ -104,7 +104,8 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
 }
 
 absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
-                           int threads, size_t begin, size_t end) {
+                           int threads, size_t begin, size_t end,
+                           const std::function<void(size_t item)>& on_item_read) {
   if (outputs.size() != plan.items.size() || begin > end || end > plan.items.size()) {
     return absl::InternalError(absl::StrCat("ReadPlanItems: ", outputs.size(), " outputs for ",
                                             plan.items.size(), " items, range [", begin, ", ", end, ")"));
@@ -126,16 +127,25 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     const RestoreItem* item;
     const Box* box;
     char* out;
+    size_t item_index;
   };
   std::vector<Read> reads;
+  // Reads of each item not yet done, for on_item_read.
+  std::vector<std::atomic<size_t>> unread(end - begin);
   for (size_t i = begin; i < end; ++i) {
     char* out = outputs[i];
     if (out == nullptr) continue;  // sent from where it is kept
     for (const Box& box : plan.items[i].boxes) {
-      reads.push_back({.item = &plan.items[i], .box = &box, .out = out});
+      reads.push_back({.item = &plan.items[i], .box = &box, .out = out, .item_index = i});
       out += box.NumElements() * static_cast<int64_t>(DataTypeSize(plan.items[i].dtype));
     }
+    unread[i - begin] = plan.items[i].boxes.size();
+    if (plan.items[i].boxes.empty() && on_item_read) on_item_read(i);
   }
+  auto read_done = [&](size_t read) {
+    const size_t item = reads[read].item_index;
+    if (unread[item - begin].fetch_sub(1) == 1 && on_item_read) on_item_read(item);
+  };
   // Small boxes that are each one whole saved piece in the restore's own dtype are
   // read in batches of neighbours in their data file, one request per batch: with
   // many small tensors the requests, not the bytes, are the cost.
@@ -166,7 +176,7 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
   struct Batch {
     uint64_t offset = 0, span = 0;
     std::vector<BundleReader::EntryRead> entries;
-    size_t first_read = 0;  // where its failure is reported
+    std::vector<size_t> reads;  // what it reads; the first is where its failure is reported
   };
   std::vector<Batch> batches;
   for (const Small& one : small) {
@@ -177,11 +187,12 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
                        begin >= last->offset + last->span && begin - (last->offset + last->span) <= kMaxGap &&
                        end - last->offset <= kMaxBatch;
     if (!joins) {
-      batches.push_back({.offset = begin, .span = 0, .entries = {}, .first_read = one.read});
+      batches.push_back({.offset = begin, .span = 0, .entries = {}, .reads = {}});
       last = &batches.back();
     }
     last->span = end - last->offset;
     last->entries.push_back({.label = one.piece->label, .entry = &entry, .dst = reads[one.read].out});
+    last->reads.push_back(one.read);
   }
   // Work units: the batches, then every other read on its own.
   std::vector<size_t> singles;
@@ -196,7 +207,8 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     for (size_t u = next++; u < units; u = next++) {
       if (u < batches.size()) {
         const Batch& batch = batches[u];
-        failures[batch.first_read] = reader.ReadEntries(batch.offset, batch.span, batch.entries);
+        failures[batch.reads.front()] = reader.ReadEntries(batch.offset, batch.span, batch.entries);
+        if (failures[batch.reads.front()].ok()) absl::c_for_each(batch.reads, read_done);
         continue;
       }
       const size_t i = singles[u - batches.size()];
@@ -204,13 +216,14 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
       const TensorInfo& info = r.item->info;
       if (r.item->dtype == info.dtype) {
         failures[i] = reader.ReadBox(info, *r.box, r.out);
-        continue;
+      } else {
+        const size_t count = static_cast<size_t>(r.box->NumElements());
+        stored.resize(count * DataTypeSize(info.dtype));
+        failures[i] = reader.ReadBox(info, *r.box, stored.data());
+        if (failures[i].ok())
+          failures[i] = ConvertElements(info.dtype, stored.data(), r.item->dtype, r.out, count);
       }
-      const size_t count = static_cast<size_t>(r.box->NumElements());
-      stored.resize(count * DataTypeSize(info.dtype));
-      failures[i] = reader.ReadBox(info, *r.box, stored.data());
-      if (failures[i].ok())
-        failures[i] = ConvertElements(info.dtype, stored.data(), r.item->dtype, r.out, count);
+      if (failures[i].ok()) read_done(i);
     }
   };
   std::vector<std::thread> helpers;

@@ -9,6 +9,7 @@
 #define CKPTD_DAEMON_RESTORE_RESTORE_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -68,9 +69,14 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
 // The same for items [begin, end) only (outputs still has one entry per item), so a
 // caller can send some items while it reads the next ones; an item whose output is
 // null is not read (the caller sends its bytes from where they are kept, see
-// BundleReader::KeptEntry). One call at a time per reader.
+// BundleReader::KeptEntry). One call at a time per reader. If `on_item_read` is set,
+// it is called once for each item whose reads all succeeded (checksums verified,
+// dtype converted), as soon as the last of them did: from the reading threads, maybe
+// several at once, before ReadPlanItems returns; never for an item that failed or was
+// not read.
 absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
-                           int threads, size_t begin, size_t end);
+                           int threads, size_t begin, size_t end,
+                           const std::function<void(size_t item)>& on_item_read = nullptr);
 
 // The opaque state trainer `trainer_id` saved (see TrainerStateName), by key.
 absl::StatusOr<std::map<std::string, std::string>> ReadTrainerState(BundleReader& reader, int trainer_id);

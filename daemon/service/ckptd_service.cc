@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
@@ -408,10 +409,39 @@ absl::StatusOr<std::vector<CkptdService::RestoreSource>> CkptdService::RestoreSo
 
 namespace {
 
-// Writes one RestoreResponse that is not a chunk: a header or a trailer.
+// Writes one RestoreResponse that is not a chunk: a header, a trailer, a ready.
 absl::Status Send(const v1::RestoreResponse& message, RestoreStream* writer) {
   ASSIGN_OR_RETURN(grpc::ByteBuffer bytes, EncodeRestoreResponse(message));
   return writer->Write(bytes) ? absl::OkStatus() : absl::CancelledError("client went away");
+}
+
+// Reads the whole plan into `destinations` (a shared-memory reply) and, as tensors
+// are read and verified, names them in a RestoreReady for about every kReadyBytes, so
+// that the trainer copies them out of the segment while the rest are read: its copy
+// no longer follows the daemon's reads (measured in the README's benchmark section).
+// One message per tensor would cost a restore of 100,000 small tensors as many
+// writes; tensors not yet named when the reads end are implied by the trailer.
+absl::Status ReadAndAnnounce(BundleReader& reader, const RestorePlan& plan,
+                             const std::vector<char*>& destinations, RestoreStream* writer) {
+  constexpr int64_t kReadyBytes = int64_t{16} << 20;
+  // Guards the three below, and the writer: one thread writes at a time.
+  absl::Mutex mu;
+  v1::RestoreResponse ready;
+  int64_t ready_bytes = 0;
+  absl::Status sent;
+  auto announce = [&](size_t item) {
+    absl::MutexLock lock(&mu);
+    ready.mutable_ready()->add_tensor_indices(static_cast<int32_t>(item));
+    ready_bytes += plan.items[item].bytes;
+    if (ready_bytes < kReadyBytes || !sent.ok()) return;
+    sent = Send(ready, writer);  // a small message: the transport takes it at once
+    ready.Clear();
+    ready_bytes = 0;
+  };
+  RETURN_IF_ERROR(
+      ReadPlanItems(reader, plan, destinations, kRestoreReadThreads, 0, plan.items.size(), announce));
+  absl::MutexLock lock(&mu);
+  return sent;
 }
 
 }  // namespace
@@ -468,10 +498,13 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   // A streamed reply to host memory with nothing to fall back to is sent while it is
   // read. Otherwise everything is read (and verified) before anything is sent, so that
   // a corrupt shard fails the whole call and fallback can still try an older step.
+  const bool send_header_first = last_candidate && !request.fallback() &&
+                                 absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); });
   const bool stream_while_reading =
-      last_candidate && mapped == nullptr && !request.fallback() &&
-      absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); }) &&
+      send_header_first && mapped == nullptr &&
       absl::c_none_of(wants.host_memory, [](const auto& h) { return h.has_value(); });
+  // The same for a shared-memory reply: tensors are named as they land (RestoreReady).
+  const bool announce_while_reading = send_header_first && mapped != nullptr;
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<SharedSegment>> host_memory, MapHostMemory(peer, plan, wants));
   ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, std::move(host_memory), deadline,
                                                       stream_while_reading));
@@ -479,9 +512,13 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
   int64_t delivered = 0;
   for (const RestoreItem& item : plan.items) delivered += item.bytes;
   header.set_bytes_delivered(delivered);
-  if (stream_while_reading) {
+  if (stream_while_reading || announce_while_reading) {
     RETURN_IF_ERROR(Send(header_message, writer));
-    RETURN_IF_ERROR(ReadAndStream(*reader, plan, deadline, out, writer));
+    if (stream_while_reading) {
+      RETURN_IF_ERROR(ReadAndStream(*reader, plan, deadline, out, writer));
+    } else {
+      RETURN_IF_ERROR(ReadAndAnnounce(*reader, plan, out.destinations, writer));
+    }
     v1::RestoreResponse trailer;
     trailer.mutable_trailer()->set_storage_bytes_read(
         static_cast<int64_t>(stack.counts.storage_bytes.load()));

@@ -218,8 +218,9 @@ class CkptdService final
                                                             std::string* note) const;
   // One candidate step: plan, read (verifying), then send. DATA_LOSS before anything
   // was sent, so that fallback can try an older step. `note` says what was skipped.
-  // With `last_candidate` and a streamed reply to host memory, the header goes first
-  // and each group of tensors is sent while the next is read (see ReadAndStream).
+  // With `last_candidate`, no fallback and no device memory, the header goes first: a
+  // streamed reply sends each group of tensors while the next is read (see
+  // ReadAndStream), a shared-memory one names tensors as they land (RestoreReady).
   absl::Status RestoreStep(const v1::RestoreRequest& request, const RestoreWants& wants,
                            const Placement& placement, const RestoreSource& source, std::string note,
                            const std::string& peer, absl::Time deadline, bool last_candidate,

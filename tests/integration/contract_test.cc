@@ -1,11 +1,16 @@
 // The API as an outside client sees it: a plain gRPC client at gRPC's default settings
 // (no ckptd client library), malformed and hostile requests, and the limits an
 // error message must stay within. Real daemons under mpirun.
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -171,6 +176,83 @@ TEST(ContractTest, ClientAtGrpcDefaultsRestoresTensorsLargerThanFourMiB) {
   ASSERT_TRUE(finished.ok()) << finished.error_message();
   EXPECT_GE(chunks, 2);
   EXPECT_TRUE(back == bytes);
+  EXPECT_EQ(cluster.Stop(), 0);
+}
+
+// A shared-memory restore without fallback sends its header first, then RestoreReady
+// naming each tensor at most once and only once its bytes are in the segment, then
+// the trailer with the counters; with fallback, the header alone, after every read.
+TEST(ContractTest, ASharedMemoryRestoreNamesTensorsAsTheyLandAndFallbackSendsTheHeaderAlone) {
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto stub = DefaultStub(cluster, 0);
+  constexpr int kTensors = 24;  // 24 MiB: more than one RestoreReady's worth
+  constexpr size_t kBytes = size_t{1} << 20;
+  std::string bytes(kTensors * kBytes, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13 + i / 4093);
+  v1::SaveRequest header = Header("ready", 1, 0, 1);
+  for (int t = 0; t < kTensors; ++t) AddTensor(&header, absl::StrCat("t", t), kDtFloat, {kBytes / 4});
+  ASSERT_TRUE(SendSave(*stub, header, bytes).ok());
+  ASSERT_TRUE(WaitFor(*stub, "ready", 1).ok());
+
+  const size_t segment_bytes = kTensors * kBytes;
+  const int fd = ::memfd_create("reply", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(segment_bytes)), 0);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  char* segment =
+      static_cast<char*>(::mmap(nullptr, segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(segment, MAP_FAILED);
+  auto tensor_in_place = [&](const v1::RestoreHeader& h, int t) {
+    return std::memcmp(segment + h.shared_memory_offsets(t), bytes.data() + t * kBytes, kBytes) == 0;
+  };
+  for (const bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "with fallback" : "without fallback");
+    std::memset(segment, 0, segment_bytes);
+    grpc::ClientContext ctx;
+    v1::RestoreRequest request;
+    request.set_run("ready");
+    request.set_latest(true);
+    request.set_fallback(fallback);
+    for (int t = 0; t < kTensors; ++t) request.add_tensors()->set_name(absl::StrCat("t", t));
+    request.mutable_shared_memory()->set_fd(fd);
+    request.mutable_shared_memory()->set_size(static_cast<int64_t>(segment_bytes));
+    auto reader = stub->Restore(&ctx, request);
+    std::vector<v1::RestoreResponse::PayloadCase> kinds;
+    v1::RestoreResponse message, first, last;
+    std::vector<int> named(kTensors, 0);
+    bool each_in_place_when_named = true;
+    while (reader->Read(&message)) {
+      if (kinds.empty()) first = message;
+      kinds.push_back(message.payload_case());
+      last = message;
+      if (!message.has_ready() || !first.has_header()) continue;
+      for (const int32_t t : message.ready().tensor_indices()) {
+        ASSERT_TRUE(t >= 0 && t < kTensors) << t;
+        ++named[t];
+        each_in_place_when_named = each_in_place_when_named && tensor_in_place(first.header(), t);
+      }
+    }
+    const grpc::Status finished = reader->Finish();
+    ASSERT_TRUE(finished.ok()) << finished.error_message();
+    ASSERT_TRUE(first.has_header());
+    for (int t = 0; t < kTensors; ++t) EXPECT_TRUE(tensor_in_place(first.header(), t)) << "tensor " << t;
+    if (fallback) {
+      EXPECT_EQ(kinds, std::vector<v1::RestoreResponse::PayloadCase>{v1::RestoreResponse::kHeader});
+      EXPECT_GT(first.header().storage_bytes_read(), 0);
+      continue;
+    }
+    ASSERT_GE(kinds.size(), 3u);
+    EXPECT_EQ(first.header().storage_bytes_read(), 0);  // not known yet when the header went
+    ASSERT_TRUE(last.has_trailer());
+    EXPECT_GT(last.trailer().storage_bytes_read(), 0);
+    for (size_t i = 1; i + 1 < kinds.size(); ++i) EXPECT_EQ(kinds[i], v1::RestoreResponse::kReady) << i;
+    EXPECT_TRUE(each_in_place_when_named);
+    EXPECT_EQ(*std::max_element(named.begin(), named.end()), 1);
+    EXPECT_GE(std::count(named.begin(), named.end(), 1), 16);  // 16 MiB read: named before the end
+  }
+  ::munmap(segment, segment_bytes);
+  ::close(fd);
   EXPECT_EQ(cluster.Stop(), 0);
 }
 

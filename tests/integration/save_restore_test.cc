@@ -433,8 +433,8 @@ TEST_F(ClusterTest, ThreeDaemonsWriteEachBoxOnceAndRestoreAcrossThem) {
 // 64 MiB at a time: "a" (64 MiB) is one group, "b" and "c" the next. Its bytes arrive
 // whole, and the bytes read from storage come in the trailer. When "c" fails its
 // checksum, "a" has already been delivered and the call ends with DATA_LOSS naming
-// "c"; a shared-memory restore of the same step fails alike and leaves the targets as
-// they were.
+// "c"; a shared-memory restore of the same step fails alike, and with
+// keep_targets_on_failure leaves the targets as they were.
 TEST(StreamedRestoreTest, IsSentWhileReadAndAChecksumFailureLaterInItEndsItWithDataLoss) {
   Cluster cluster(1);
   ASSERT_TRUE(cluster.Start().ok());
@@ -502,11 +502,17 @@ TEST(StreamedRestoreTest, IsSentWhileReadAndAChecksumFailureLaterInItEndsItWithD
   EXPECT_EQ(headers, 1);
   EXPECT_EQ(received_a, 64 << 20);
 
-  // Over shared memory the same failure leaves the targets as they were.
+  // Over shared memory the same failure, asked to keep the targets, leaves them as they were.
   for (std::string& b : back) std::fill(b.begin(), b.end(), 'y');
   options.transport = Transport::kSharedMemory;
+  options.keep_targets_on_failure = true;
   EXPECT_EQ(client->Restore("piped", 2, targets, options).status().code(), absl::StatusCode::kDataLoss);
   for (const std::string& b : back) EXPECT_EQ(b.find_first_not_of('y'), std::string::npos);
+  // Without it, "a" (read and verified before "c" failed) may already be in place; "c" is not.
+  options.keep_targets_on_failure = false;
+  EXPECT_EQ(client->Restore("piped", 2, targets, options).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(back[0] == saved[0] || back[0].find_first_not_of('y') == std::string::npos);
+  EXPECT_EQ(back[2].find_first_not_of('y'), std::string::npos);
   ASSERT_EQ(cluster.Stop(), 0);
 }
 

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 #include "daemon/base/dtype.h"
@@ -180,6 +182,64 @@ TEST_F(RestorePlanTest, ReadVerifiesChecksumsOfWhatItReads) {
   const absl::Status read = ReadPlan(**reader, *whole, {all.data()}, 2);
   EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
   EXPECT_NE(read.message().find("tensor 'm' slice 2,2:-"), absl::string_view::npos) << read;
+}
+
+TEST_F(RestorePlanTest, EachItemIsReportedOnceItsReadsAreVerifiedAndNeverIfOneFailed) {
+  auto data = PosixFileSystem()->ReadFileToString(DataPath(prefix_, 1, 2), 1 << 20);
+  ASSERT_TRUE(data.ok());
+  (*data)[5] ^= 0x10;  // inside m's second slab; v, after it in the same file, is intact
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(DataPath(prefix_, 1, 2), *data).ok());
+  auto reader = BundleReader::Open(PosixFileSystem(), prefix_);
+  ASSERT_TRUE(reader.ok());
+  // Rows 0-1 (the intact slab), rows 1-3 (both slabs: fails), v, and rows 0-1 again as half.
+  const std::vector<TensorWant> wants = {{.name = "m", .box = Box{{0, 0}, {2, 6}}},
+                                         {.name = "m", .box = Box{{1, 0}, {3, 6}}},
+                                         {.name = "v"},
+                                         {.name = "m", .dtype = kHalf, .box = Box{{0, 0}, {2, 6}}}};
+  auto plan = PlanRestore(**reader, wants, Placement{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::string top(48, '\0'), rows(72, '\0'), v(40, '\0');
+  std::vector<uint16_t> top_halves(12, 0), expected_halves(12, 0);
+  ASSERT_TRUE(ConvertElements(kFloat, reinterpret_cast<const char*>(m_.data()), kHalf,
+                              reinterpret_cast<char*>(expected_halves.data()), 12)
+                  .ok());
+  std::mutex mu;
+  std::vector<size_t> reported;
+  std::vector<bool> in_place_when_reported;
+  const absl::Status read = ReadPlanItems(
+      **reader, *plan, {top.data(), rows.data(), v.data(), reinterpret_cast<char*>(top_halves.data())}, 3, 0,
+      4, [&](size_t item) {
+        std::lock_guard<std::mutex> lock(mu);
+        reported.push_back(item);
+        in_place_when_reported.push_back(item == 0   ? std::memcmp(top.data(), m_.data(), 48) == 0
+                                         : item == 2 ? std::memcmp(v.data(), v_.data(), 40) == 0
+                                         : item == 3 ? top_halves == expected_halves
+                                                     : false);
+      });
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(in_place_when_reported, std::vector<bool>(3, true));
+
+  // On the intact file every item is reported, once.
+  (*data)[5] ^= 0x10;
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(DataPath(prefix_, 1, 2), *data).ok());
+  auto intact = BundleReader::Open(PosixFileSystem(), prefix_);
+  ASSERT_TRUE(intact.ok());
+  auto again = PlanRestore(**intact, wants, Placement{});
+  ASSERT_TRUE(again.ok());
+  reported.clear();
+  ASSERT_TRUE(ReadPlanItems(**intact, *again,
+                            {top.data(), rows.data(), v.data(), reinterpret_cast<char*>(top_halves.data())},
+                            2, 0, 4,
+                            [&](size_t item) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              reported.push_back(item);
+                            })
+                  .ok());
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(std::memcmp(rows.data(), m_.data() + 6, 72), 0);
 }
 
 // Counts the read requests that reach each data file.

@@ -89,6 +89,25 @@ TEST(RestoreStreamTest, ATrailerCarriesTheCountersAndIsNeitherHeaderNorChunk) {
   EXPECT_EQ(parsed.trailer.peer_bytes_received(), 7);
 }
 
+TEST(RestoreStreamTest, AReadyNamesItsTensorsAndIsNoOtherKind) {
+  v1::RestoreResponse message;
+  for (int32_t index : {4, 0, 70000}) message.mutable_ready()->add_tensor_indices(index);
+  const std::string bytes = message.SerializeAsString();
+  for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+    RawRestoreResponse parsed;
+    ASSERT_TRUE(ParseRestoreResponse(SlicesOf(bytes, {cut}), &parsed).ok()) << cut;
+    EXPECT_TRUE(parsed.has_ready);
+    EXPECT_FALSE(parsed.has_header || parsed.has_chunk || parsed.has_trailer);
+    EXPECT_EQ(
+        std::vector<int32_t>(parsed.ready.tensor_indices().begin(), parsed.ready.tensor_indices().end()),
+        (std::vector<int32_t>{4, 0, 70000}));
+  }
+  // Cut short inside the indices: malformed, not a shorter list.
+  RawRestoreResponse parsed;
+  EXPECT_EQ(ParseRestoreResponse(SlicesOf(bytes.substr(0, bytes.size() - 1), {}), &parsed).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RestoreStreamTest, DefaultsOmittedOnTheWireReadAsZero) {
   v1::RestoreResponse message;
   message.mutable_chunk()->set_data("abc");  // tensor_index 0 and offset 0 are not sent

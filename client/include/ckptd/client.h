@@ -148,6 +148,13 @@ struct RestoreOptions {
   RestoreStats* stats = nullptr;                                // filled when set
   absl::Duration timeout = absl::Minutes(10);
   Transport transport = Transport::kAuto;
+  // A restore that fails (DATA_LOSS: a checksum) may have filled some targets already:
+  // each tensor is copied into its target as soon as the daemon has read and verified
+  // it, so that the copies overlap the reads. With this set, the targets are written
+  // only once every tensor has read cleanly (over shared memory; the gRPC stream
+  // always delivers as it reads), and a failed restore leaves them as they were. The
+  // copies then follow the reads.
+  bool keep_targets_on_failure = false;
 };
 
 struct SaveResult {
@@ -195,7 +202,8 @@ class Client {
   // Frees the shared-memory segments of the run's saves up to that step for reuse.
   absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10));
   // Fills every target from (run, step), or from the newest committed step when `step`
-  // is nullopt; returns the step restored.
+  // is nullopt; returns the step restored. On failure the targets' contents are
+  // undefined, unless options.keep_targets_on_failure (see there).
   absl::StatusOr<int64_t> Restore(const std::string& run, std::optional<int64_t> step,
                                   const std::vector<RestoreTarget>& targets,
                                   const RestoreOptions& options = {});

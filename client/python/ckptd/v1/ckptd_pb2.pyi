@@ -184,6 +184,12 @@ class RestoreHeader(_message.Message):
     trainer_state: _containers.ScalarMap[str, bytes]
     def __init__(self, step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorDescriptor, _Mapping]]] = ..., trainer_state: _Optional[_Mapping[str, bytes]] = ..., note: _Optional[str] = ..., shared_memory_offsets: _Optional[_Iterable[int]] = ..., shared_memory_bytes: _Optional[int] = ..., storage_bytes_read: _Optional[int] = ..., peer_bytes_received: _Optional[int] = ..., bytes_delivered: _Optional[int] = ...) -> None: ...
 
+class RestoreReady(_message.Message):
+    __slots__ = ["tensor_indices"]
+    TENSOR_INDICES_FIELD_NUMBER: _ClassVar[int]
+    tensor_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tensor_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class RestoreRequest(_message.Message):
     __slots__ = ["describe_only", "device_ids", "fallback", "latest", "mesh", "run", "shared_memory", "step", "tensors", "trainer_id", "trainer_state"]
     DESCRIBE_ONLY_FIELD_NUMBER: _ClassVar[int]
@@ -211,14 +217,16 @@ class RestoreRequest(_message.Message):
     def __init__(self, run: _Optional[str] = ..., step: _Optional[int] = ..., latest: bool = ..., tensors: _Optional[_Iterable[_Union[TensorRequest, _Mapping]]] = ..., mesh: _Optional[str] = ..., device_ids: _Optional[_Iterable[int]] = ..., trainer_id: _Optional[int] = ..., trainer_state: bool = ..., fallback: bool = ..., shared_memory: _Optional[_Union[SharedMemory, _Mapping]] = ..., describe_only: bool = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
-    __slots__ = ["chunk", "header", "trailer"]
+    __slots__ = ["chunk", "header", "ready", "trailer"]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
     TRAILER_FIELD_NUMBER: _ClassVar[int]
     chunk: RestoreChunk
     header: RestoreHeader
+    ready: RestoreReady
     trailer: RestoreTrailer
-    def __init__(self, header: _Optional[_Union[RestoreHeader, _Mapping]] = ..., chunk: _Optional[_Union[RestoreChunk, _Mapping]] = ..., trailer: _Optional[_Union[RestoreTrailer, _Mapping]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[RestoreHeader, _Mapping]] = ..., chunk: _Optional[_Union[RestoreChunk, _Mapping]] = ..., trailer: _Optional[_Union[RestoreTrailer, _Mapping]] = ..., ready: _Optional[_Union[RestoreReady, _Mapping]] = ...) -> None: ...
 
 class RestoreTrailer(_message.Message):
     __slots__ = ["peer_bytes_received", "storage_bytes_read"]

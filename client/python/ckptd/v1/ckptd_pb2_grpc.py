@@ -75,11 +75,13 @@ class CkptdServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Restore(self, request, context):
-        """The header, then (unless shared_memory or describe_only) the chunks. A shared-
-        memory reply, and a streamed one with fallback, is read and verified whole before
-        the header goes out. A streamed one without fallback sends each group of tensors
-        while it reads the next, then a RestoreTrailer: if a later tensor fails its
-        checksum, the call ends with DATA_LOSS after some chunks were delivered.
+        """The header, then (unless shared_memory or describe_only) the chunks. A reply with
+        fallback, or with tensors bound for device memory, is read and verified whole
+        before the header goes out. Without either, the header goes first: a streamed
+        reply then sends each group of tensors while it reads the next, a shared-memory
+        reply sends RestoreReady as tensors land in the segment, and both end with a
+        RestoreTrailer; if a later tensor fails its checksum, the call ends with DATA_LOSS
+        after some tensors were delivered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

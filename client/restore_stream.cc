@@ -128,15 +128,17 @@ absl::Status ParseRestoreResponse(const std::vector<grpc::Slice>& slices, RawRes
         continue;
       }
       // A header, trailer or ready: small, parsed by protobuf.
-      google::protobuf::MessageLite* small =
-          field == 1   ? static_cast<google::protobuf::MessageLite*>(&out->header)
-          : field == 3 ? static_cast<google::protobuf::MessageLite*>(&out->trailer)
-                       : &out->ready;
-      const char* what = field == 1 ? "header" : field == 3 ? "trailer" : "ready";
+      struct Small {
+        google::protobuf::MessageLite* message;
+        const char* name;
+      };
+      const Small small = field == 1   ? Small{&out->header, "header"}
+                          : field == 3 ? Small{&out->trailer, "trailer"}
+                                       : Small{&out->ready, "ready"};
       std::string bytes;
       if (!cursor.Take(length, [&bytes](const char* p, size_t n) { bytes.append(p, n); }) ||
-          !small->MergeFromString(bytes)) {
-        return Malformed(what);
+          !small.message->MergeFromString(bytes)) {
+        return Malformed(small.name);
       }
     } else if (!cursor.SkipField(wire_type)) {
       return Malformed("field");

@@ -127,7 +127,6 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     const RestoreItem* item;
     const Box* box;
     char* out;
-    size_t item_index;
   };
   std::vector<Read> reads;
   // Reads of each item not yet done, for on_item_read.
@@ -136,14 +135,14 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     char* out = outputs[i];
     if (out == nullptr) continue;  // sent from where it is kept
     for (const Box& box : plan.items[i].boxes) {
-      reads.push_back({.item = &plan.items[i], .box = &box, .out = out, .item_index = i});
+      reads.push_back({.item = &plan.items[i], .box = &box, .out = out});
       out += box.NumElements() * static_cast<int64_t>(DataTypeSize(plan.items[i].dtype));
     }
     unread[i - begin] = plan.items[i].boxes.size();
     if (plan.items[i].boxes.empty() && on_item_read) on_item_read(i);
   }
   auto read_done = [&](size_t read) {
-    const size_t item = reads[read].item_index;
+    const size_t item = static_cast<size_t>(reads[read].item - plan.items.data());
     if (unread[item - begin].fetch_sub(1) == 1 && on_item_read) on_item_read(item);
   };
   // Small boxes that are each one whole saved piece in the restore's own dtype are

@@ -495,15 +495,15 @@ absl::Status CkptdService::RestoreStep(const v1::RestoreRequest& request, const 
     return Send(header_message, writer);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(peer, request, plan));
-  // A streamed reply to host memory with nothing to fall back to is sent while it is
-  // read. Otherwise everything is read (and verified) before anything is sent, so that
-  // a corrupt shard fails the whole call and fallback can still try an older step.
+  // With nothing to fall back to and no device memory, a reply goes out while it is
+  // read: streamed to host memory, or named tensor by tensor in shared memory.
+  // Otherwise everything is read (and verified) before anything is sent, so that a
+  // corrupt shard fails the whole call and fallback can still try an older step.
   const bool send_header_first = last_candidate && !request.fallback() &&
                                  absl::c_none_of(wants.devices, [](const auto& d) { return d.has_value(); });
   const bool stream_while_reading =
       send_header_first && mapped == nullptr &&
       absl::c_none_of(wants.host_memory, [](const auto& h) { return h.has_value(); });
-  // The same for a shared-memory reply: tensors are named as they land (RestoreReady).
   const bool announce_while_reading = send_header_first && mapped != nullptr;
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<SharedSegment>> host_memory, MapHostMemory(peer, plan, wants));
   ASSIGN_OR_RETURN(RestoreOutputs out, PrepareOutputs(plan, wants, mapped, std::move(host_memory), deadline,

@@ -17,7 +17,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio python3-protobuf python3-mpi4py python3-pytest fio
   python3-pip python3-venv python3-setuptools python3-wheel python3-mypy jq
-  libcpp-httplib-dev prometheus liburing-dev
+  libcpp-httplib-dev prometheus liburing-dev libisal-dev
 )
 if [ "${1:-}" = --peers ]; then PACKAGES+=(python3-torch python3-h5py-mpi); fi
 

@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli) as TensorFlow and LevelDB use it, including their "masked"
-// form stored in files. Uses SSE4.2 when the CPU has it (three interleaved streams
-// over long inputs). Pure; thread-safe.
+// form stored in files. Uses ISA-L where the build found it, else SSE4.2 when the CPU
+// has it (three interleaved streams over long inputs). Pure; thread-safe.
 #ifndef CKPTD_DAEMON_BUNDLE_CRC32C_H_
 #define CKPTD_DAEMON_BUNDLE_CRC32C_H_
 
@@ -17,6 +17,8 @@ inline uint32_t Value(const char* data, size_t n) { return Extend(0, data, n); }
 uint32_t CopyAndExtend(uint32_t crc, char* dst, const char* src, size_t n);
 // The table-driven form Extend falls back to without SSE4.2; tests compare the two.
 uint32_t ExtendPortableForTesting(uint32_t crc, const char* data, size_t n);
+// Extend as it runs where the build has no ISA-L: SSE4.2 where the CPU has it.
+uint32_t ExtendWithoutIsaLForTesting(uint32_t crc, const char* data, size_t n);
 
 // A CRC stored next to the data it covers is masked, so that CRCs of data containing
 // embedded CRCs stay well distributed.

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/base/dtype.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
@@ -397,6 +399,49 @@ TEST(IndexBuilderTest, AKeyAddedTwiceFailsTheIndexWithAlreadyExistsNamingIt) {
   EXPECT_EQ(built.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(built.status().message().find("'b'"), absl::string_view::npos) << built.status();
   EXPECT_EQ(index.Add("", entry).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A large entry is read in chunks through the disk's O_DIRECT slots, its unaligned
+// tail apart: it is checked whole, and a flipped byte in any chunk (the first, one in
+// the middle, the tail) is DATA_LOSS naming the tensor.
+TEST(BundleLargeEntryTest, AnEntryReadInChunksIsCheckedWholeAndAFlipInAnyChunkIsDataLoss) {
+  testing::TempDir dir;
+  const std::string prefix = dir.Sub("ckpt");
+  const size_t size = (9 << 20) + 4097;
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
+  tf::BundleEntryProto entry;
+  entry.set_dtype(kUint8);
+  *entry.mutable_shape() = ShapeToProto({static_cast<int64_t>(size)});
+  entry.set_shard_id(0);
+  entry.set_offset(4096);  // the disk's reads start on a block
+  entry.set_size(static_cast<int64_t>(size));
+  entry.set_crc32c(crc32c::Mask(crc32c::Value(bytes.data(), size)));
+  IndexBuilder index(1);
+  ASSERT_TRUE(index.Add("big", entry).ok());
+  auto index_bytes = index.Finish();
+  ASSERT_TRUE(index_bytes.ok());
+  ASSERT_TRUE(fs()->WriteFileAtomically(IndexPath(prefix), *index_bytes).ok());
+  const std::string data_path = DataPath(prefix, 0, 1);
+  constexpr size_t kNone = SIZE_MAX;
+  for (size_t flip : {kNone, size_t{17}, (size_t{4} << 20) + 1, size - 1}) {
+    std::string data = std::string(4096, 'p') + bytes;
+    const bool flipped = flip != kNone;
+    if (flipped) data[4096 + flip] ^= 0x10;
+    ASSERT_TRUE(fs()->WriteFileAtomically(data_path, data).ok());
+    auto reader = BundleReader::Open(fs(), prefix);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::string out(size, '\0');
+    absl::Status s = (*reader)->ReadEntry("big", entry, out.data());
+    const std::string where = absl::StrCat("flip at ", flip);
+    if (!flipped) {
+      ASSERT_TRUE(s.ok()) << where << ": " << s;
+      EXPECT_TRUE(out == bytes) << where;
+      continue;
+    }
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << where << ": " << s;
+    EXPECT_NE(s.message().find("tensor big: checksum mismatch in"), absl::string_view::npos) << where << s;
+  }
 }
 
 }  // namespace

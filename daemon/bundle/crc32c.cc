@@ -136,6 +136,15 @@ __attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const char*
 }
 #endif
 
+// What Extend runs where the build has no ISA-L.
+uint32_t ExtendWithoutIsaL(uint32_t crc, const char* data, size_t n) {
+#if defined(__x86_64__)
+  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+  if (has_sse42) return ExtendSse42(crc, data, n);
+#endif
+  return ExtendPortable(crc, data, n);
+}
+
 }  // namespace
 
 uint32_t ExtendPortableForTesting(uint32_t crc, const char* data, size_t n) {
@@ -153,11 +162,7 @@ uint32_t CopyAndExtend(uint32_t crc, char* dst, const char* src, size_t n) {
 }
 
 uint32_t ExtendWithoutIsaLForTesting(uint32_t crc, const char* data, size_t n) {
-#if defined(__x86_64__)
-  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
-  if (has_sse42) return ExtendSse42(crc, data, n);
-#endif
-  return ExtendPortable(crc, data, n);
+  return ExtendWithoutIsaL(crc, data, n);
 }
 
 uint32_t Extend(uint32_t crc, const char* data, size_t n) {
@@ -171,7 +176,7 @@ uint32_t Extend(uint32_t crc, const char* data, size_t n) {
   }
   return crc;
 #else
-  return ExtendWithoutIsaLForTesting(crc, data, n);
+  return ExtendWithoutIsaL(crc, data, n);
 #endif
 }
 

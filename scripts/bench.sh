@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckptd's benchmark: ckptd against the machine's own limits, measured in one run.
 #   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--no-metadata] [--binaries DIR]
-#                    [--repeat N] [--peers] [--hosts N]
+#                    [--repeat N] [--peers] [--hosts N] [--no-huge-pages]
 # Starts 2 daemons and 4 trainers under mpirun with checkpoints in a temp directory
 # under DIR (default /var/tmp, so the same file system as the baselines), and measures:
 #   baselines  the disk's ceiling: the best O_DIRECT write (with the fdatasync that makes
@@ -31,6 +31,12 @@
 #              (collective write, cold read) on the same bytes with one rank per
 #              daemon (scripts/bench_peers.py, median of --repeat runs), and ckptd's
 #              ratios to them
+#   segments   the trainers' shared-memory segments go in huge pages, as the client
+#              makes them where the host has huge pages reserved: as root the bench
+#              reserves them for its runs (vm.nr_hugepages, 3x the bytes at most, a
+#              quarter of available memory at most) and gives them back after; the
+#              report says how many. --no-huge-pages leaves the reservation alone and
+#              sets CKPTD_HUGE_PAGES=0 (segments in ordinary pages).
 #   hosts      with --hosts N (root): the same save and restores again on N simulated
 #              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
 #              Open MPI over TCP), one daemon and 2 trainers per host, with storage
@@ -47,7 +53,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN="" HOSTS=0 REPEAT=1 PEERS=0
+SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN="" HOSTS=0 REPEAT=1 PEERS=0 HUGE=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE_GIB="$2"; shift 2 ;;
@@ -58,6 +64,7 @@ while [ $# -gt 0 ]; do
     --hosts) HOSTS="$2"; shift 2 ;;
     --repeat) REPEAT="$2"; shift 2 ;;
     --peers) PEERS=1; shift ;;
+    --no-huge-pages) HUGE=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -106,7 +113,9 @@ cleanup() {
   [ -d "$WORK/hosts" ] && bash tests/multihost/hosts.sh down "$WORK/hosts" 2>/dev/null
   rm -rf "$WORK"
   if [ -n "$OMPI_TMP" ]; then rm -rf "$OMPI_TMP"; fi
+  if [ -n "$HUGE_BEFORE" ]; then echo "$HUGE_BEFORE" > /proc/sys/vm/nr_hugepages 2>/dev/null || true; fi
 }
+HUGE_BEFORE=""
 trap cleanup EXIT
 
 echo "== baselines: $SIZE_GIB GiB in $WORK" >&2
@@ -123,6 +132,22 @@ if CEILING=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" "${QUICK
   RAW_TOOL=fio
   BASE=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); j.update(json.loads(sys.argv[2])); print(json.dumps(j))" "$BASE" "$CEILING")
 fi
+
+# Huge pages for the trainers' segments (after the ceiling sweep, which reserves and
+# gives back its own): the client puts a segment in them where enough are free.
+SEGMENT_HUGE_PAGES=0
+if [ "$HUGE" = 0 ]; then
+  export CKPTD_HUGE_PAGES=0
+elif [ -w /proc/sys/vm/nr_hugepages ]; then
+  AVAIL_KIB=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+  WANT=$(( BYTES * 3 / (2 << 20) ))
+  [ "$WANT" -gt $(( AVAIL_KIB / 4 / 2048 )) ] && WANT=$(( AVAIL_KIB / 4 / 2048 ))
+  HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+  echo $(( HUGE_BEFORE + WANT )) > /proc/sys/vm/nr_hugepages 2>/dev/null || true
+fi
+SEGMENT_HUGE_PAGES=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)
+[ "$HUGE" = 0 ] && SEGMENT_HUGE_PAGES=0
+echo "== trainer segments: $SEGMENT_HUGE_PAGES huge pages free" >&2
 
 # Before every run, the winning write configuration again: this disk's speed drifts
 # (it throttles after bursts), so each run's save is also held to a write beside it.
@@ -278,7 +303,7 @@ if [ "$HOSTS" != 0 ]; then
   MULTI="${MULTI%,}}"
 fi
 
-/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" "$PEER" "$GRPC" <<'EOF'
+/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" "$PEER" "$GRPC" "$SEGMENT_HUGE_PAGES" <<'EOF'
 import json, sys
 base, ckptd, meta = (json.loads(a) for a in sys.argv[1:4])
 tool, out_path = sys.argv[4], sys.argv[5]
@@ -295,6 +320,7 @@ r["restore_vs_raw_read"] = r["restore_gbps"] / r["raw_read_gbps"]
 r["reshard_restore_vs_raw_read"] = r["reshard_restore_gbps"] / r["raw_read_gbps"]
 r["grpc_save_vs_shm_save"] = r["grpc_save_gbps"] / r["save_gbps"]
 r["raw_tool"] = tool
+r["segment_huge_pages_free"] = int(sys.argv[11])
 r["metadata"] = meta
 by_n = {m["tensors"]: m["total_s"] for m in meta}
 if 10000 in by_n and 100000 in by_n:
@@ -304,7 +330,10 @@ def row(what, value, unit, baseline="", ratio=None, target=""):
     ratio_text = f"{ratio:.2f}x" if ratio is not None else ""
     print(f"| {what:<34} | {value:>8.3f} {unit:<4} | {baseline:<28} | {ratio_text:>6} | {target:<9} |")
 
-print(f"\nckptd benchmark: {gb:.2f} GB, {r['trainers']} trainers, {r['daemons']} daemons; baselines by {tool}\n")
+segments = (f"trainer segments in huge pages ({r['segment_huge_pages_free']} free, 2 MiB each)"
+            if r["segment_huge_pages_free"] else "trainer segments in ordinary pages")
+print(f"\nckptd benchmark: {gb:.2f} GB, {r['trainers']} trainers, {r['daemons']} daemons; baselines by {tool}; "
+      f"{segments}\n")
 print("| measurement                        |         value | baseline (same run)          |  ratio | target    |")
 print("|------------------------------------|---------------|------------------------------|--------|-----------|")
 row("raw write + fdatasync (ceiling)", r["raw_write_gbps"], "GB/s", r.get("raw_write_config", "ckptd-bench, qd1 x2 files"))

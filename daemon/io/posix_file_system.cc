@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
+#include "daemon/io/direct_io_memory.h"
 #include "daemon/io/file_system.h"
 
 namespace ckptd {
@@ -75,7 +76,7 @@ class PosixWritableFile : public WritableFile {
 // it takes 0.5-0.7 s for in 4 MiB requests. Reads into such memory fare the same
 // (1.4 GB/s against 3.6-4.0 GB/s through slots, 2 GiB cold). Copying at memcpy speed
 // into huge pages costs far less. Regions are pooled because first touch of fresh
-// memory is slow.
+// memory is slow. Memory that is itself in huge pages (DirectIoMemory) skips them.
 // Thread-safe.
 class BounceRegions {
  public:
@@ -156,8 +157,8 @@ int ReapOne(io_uring* ring, unsigned depth, std::vector<unsigned>& free_slots, u
 // between requests (measured here by scripts/bench_ceiling.py: psync at queue depth 1
 // writes about half of what libaio or io_uring at depth 16 do). Each chunk is copied
 // into its slot of a BounceRegions region first (see there why), and goes from the
-// source where no region could be had. Owned by one file and used by one thread at a
-// time, as the file is. Without liburing at build time, or where the kernel refuses
+// source where no region could be had or the source is in huge pages (DirectIoMemory). Owned by one file and
+// used by one thread at a time, as the file is. Without liburing at build time, or where the kernel refuses
 // io_uring, Create returns null and writes stay synchronous.
 class QueuedWriter {
  public:
@@ -189,6 +190,9 @@ class QueuedWriter {
     Chunk chunks[kDepth];
     std::vector<unsigned> free_slots;
     for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(i);
+    // Memory in huge pages goes to the disk as it is: no copy.
+    const bool in_place = direct_io_memory::Contains(p, n);
+    if (in_place) direct_io_memory::CountInPlace(n);
     size_t next = 0;
     int error = 0;
     auto queue = [&](unsigned slot) {
@@ -202,7 +206,7 @@ class QueuedWriter {
         const unsigned slot = free_slots.back();
         free_slots.pop_back();
         chunks[slot] = {p + next, std::min(kChunk, n - next), offset + next};
-        if (bounce_ != nullptr) {
+        if (bounce_ != nullptr && !in_place) {
           char* copy = bounce_ + slot * kChunk;
           std::memcpy(copy, chunks[slot].p, chunks[slot].n);
           chunks[slot].p = copy;
@@ -252,16 +256,21 @@ class QueuedReader {
   using Deliver = std::function<void(uint64_t at, const char* data, size_t n)>;
 
 #ifdef CKPTD_HAVE_LIBURING
-  // Reads [offset, offset + n): offset and n are whole blocks. Returns 0, an errno, or
-  // kUnavailable / kShrank; either way no read is in flight when it returns.
-  static int Read(int fd, uint64_t offset, size_t n, const Deliver& deliver) {
+  // Reads [offset, offset + n): offset and n are whole blocks. With `in_place` (memory
+  // DirectIoMemory holds), each chunk is read straight to in_place + its offset and
+  // handed to `deliver` there; otherwise through a region's slots. Returns 0, an
+  // errno, or kUnavailable / kShrank; either way no read is in flight when it returns.
+  static int Read(int fd, uint64_t offset, size_t n, const Deliver& deliver, char* in_place = nullptr) {
     io_uring ring{};
     if (io_uring_queue_init(kDepth, &ring, 0) != 0) return kUnavailable;
-    char* region = BounceRegions::Take();
-    if (region == nullptr) {
+    char* region = in_place != nullptr ? nullptr : BounceRegions::Take();
+    if (region == nullptr && in_place == nullptr) {
       io_uring_queue_exit(&ring);
       return kUnavailable;
     }
+    auto target = [&](unsigned slot, uint64_t at) {
+      return in_place != nullptr ? in_place + at : region + slot * kChunk;
+    };
     struct Chunk {
       uint64_t at;  // from the range's start
       size_t n;
@@ -273,7 +282,7 @@ class QueuedReader {
     auto queue = [&](unsigned slot) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);  // never null: at most kDepth queued
       Chunk& c = chunks[slot];
-      io_uring_prep_read(sqe, fd, region + slot * kChunk + c.done, static_cast<unsigned>(c.n - c.done),
+      io_uring_prep_read(sqe, fd, target(slot, c.at) + c.done, static_cast<unsigned>(c.n - c.done),
                          offset + c.at + c.done);
       io_uring_sqe_set_data64(sqe, slot);
     };
@@ -311,7 +320,7 @@ class QueuedReader {
       }
       if (res < 0 && error == 0) error = -res;
       if (res == 0 && error == 0) error = kShrank;
-      if (error == 0) deliver(chunk.at, region + slot * kChunk, chunk.n);
+      if (error == 0) deliver(chunk.at, target(slot, chunk.at), chunk.n);
       free_slots.push_back(slot);
     }
     io_uring_queue_exit(&ring);
@@ -319,7 +328,7 @@ class QueuedReader {
     return error;
   }
 #else
-  static int Read(int, uint64_t, size_t, const Deliver&) { return kUnavailable; }
+  static int Read(int, uint64_t, size_t, const Deliver&, char* = nullptr) { return kUnavailable; }
 #endif
 };
 
@@ -463,8 +472,9 @@ absl::StatusOr<std::unique_ptr<WritableFile>> OpenDirect(const std::string& path
 
 // Reads with pread. Large reads at 4 KiB-aligned offsets go through a second
 // descriptor opened with O_DIRECT (the same file, reopened via /proc/self/fd), which
-// skips the page cache: through QueuedReader's slots into memory at any address, or
-// without io_uring straight into 4 KiB-aligned memory. The unaligned tail, and every
+// skips the page cache: through QueuedReader's slots into memory at any address, in
+// place into memory in huge pages (DirectIoMemory), or without io_uring straight into
+// 4 KiB-aligned memory. The unaligned tail, and every
 // read where the file system refuses O_DIRECT, use the buffered descriptor.
 class PosixRandomAccessFile : public RandomAccessFile {
  public:
@@ -489,9 +499,15 @@ class PosixRandomAccessFile : public RandomAccessFile {
     if (direct_ok_.load(std::memory_order_relaxed) && direct_fd_ >= 0 && n >= kDirectFrom &&
         offset % kBlock == 0) {
       const size_t whole = n / kBlock * kBlock;
-      std::optional<absl::Status> s =
-          ReadQueued(offset, whole,
-                     [dst](uint64_t at, const char* data, size_t len) { std::memcpy(dst + at, data, len); });
+      // Into memory in huge pages in place; into any other through the slots.
+      char* in_place = direct_io_memory::Contains(dst, whole) ? dst : nullptr;
+      if (in_place != nullptr) direct_io_memory::CountInPlace(whole);
+      std::optional<absl::Status> s = ReadQueued(
+          offset, whole,
+          [dst](uint64_t at, const char* data, size_t len) {
+            if (data != dst + at) std::memcpy(dst + at, data, len);
+          },
+          in_place);
       if (!s.has_value() && reinterpret_cast<uintptr_t>(dst) % kBlock == 0) {
         s = ReadFrom(direct_fd_, offset, whole, dst);
       }
@@ -584,9 +600,9 @@ class PosixRandomAccessFile : public RandomAccessFile {
  private:
   // Whole blocks [offset, offset + n) through QueuedReader; nullopt where it is
   // unavailable (the caller reads straight into its memory instead).
-  std::optional<absl::Status> ReadQueued(uint64_t offset, size_t n,
-                                         const QueuedReader::Deliver& deliver) const {
-    const int rc = QueuedReader::Read(direct_fd_, offset, n, deliver);
+  std::optional<absl::Status> ReadQueued(uint64_t offset, size_t n, const QueuedReader::Deliver& deliver,
+                                         char* in_place = nullptr) const {
+    const int rc = QueuedReader::Read(direct_fd_, offset, n, deliver, in_place);
     if (rc == QueuedReader::kUnavailable) return std::nullopt;
     if (rc == QueuedReader::kShrank)
       return absl::DataLossError(absl::StrCat("read ", path_, ": file shrank"));

@@ -20,6 +20,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
+#include "daemon/io/direct_io_memory.h"
 #include "daemon/layout/cast.h"
 #include "daemon/restore/restore_plan.h"
 #include "daemon/service/save_payload.h"
@@ -934,6 +935,10 @@ std::string CkptdService::MetricsText() const {
        static_cast<double>(now.pending_steps_size())},
       {"ckptd_read_cache_bytes", "Bytes the read cache holds now.",
        static_cast<double>(now.read_cache_bytes())},
+      {"ckptd_direct_io_in_place_bytes",
+       "Bytes read into or written from trainers' huge-page segments with O_DIRECT in place (no copy "
+       "through the daemon's own buffers), since start.",
+       static_cast<double>(direct_io_memory::InPlaceBytes())},
   });
 }
 

@@ -1,8 +1,10 @@
 #include "daemon/staging/shared_segment.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
+#include "daemon/io/direct_io_memory.h"
 
 namespace ckptd {
 
@@ -44,9 +47,15 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
     return absl::InvalidArgumentError(absl::StrCat("shared_memory: segment holds ", st.st_size,
                                                    " bytes, fewer than ", "offset + size = ", offset + size));
   }
-  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  // A segment in huge pages (the trainer made it with MFD_HUGETLB) is mapped in whole
+  // huge pages, and O_DIRECT reads and writes use its memory in place.
+  struct statfs fs = {};
+  const bool huge = ::fstatfs(opened, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC;
+  const int64_t page = huge ? static_cast<int64_t>(st.st_blksize) : ::sysconf(_SC_PAGESIZE);
   const int64_t map_offset = offset / page * page;
-  const size_t map_size = static_cast<size_t>(offset - map_offset + size);
+  size_t map_size = static_cast<size_t>(offset - map_offset + size);
+  // A hugetlbfs file's size is whole huge pages, so this stays inside it.
+  if (huge) map_size = static_cast<size_t>((static_cast<int64_t>(map_size) + page - 1) / page * page);
   if (map_size == 0) {
     return std::shared_ptr<SharedSegment>(new SharedSegment(nullptr, 0, nullptr, 0, st.st_dev, st.st_ino));
   }
@@ -60,19 +69,26 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Open(pid_t pid, in
                      write ? MAP_SHARED | MAP_POPULATE : MAP_SHARED, opened, map_offset);
   if (map == MAP_FAILED) return ErrnoToStatus(errno, "shared_memory: mmap");
   char* data = static_cast<char*>(map) + (offset - map_offset);
-  return std::shared_ptr<SharedSegment>(new SharedSegment(map, map_size, data, size, st.st_dev, st.st_ino));
+  if (huge) direct_io_memory::Add(map, map_size);
+  auto segment =
+      std::shared_ptr<SharedSegment>(new SharedSegment(map, map_size, data, size, st.st_dev, st.st_ino));
+  segment->huge_pages_ = huge;
+  return segment;
 }
 
 std::shared_ptr<SharedSegment> SharedSegment::View(std::shared_ptr<const SharedSegment> whole, int64_t offset,
                                                    int64_t size) {
   std::shared_ptr<SharedSegment> view(
       new SharedSegment(nullptr, 0, whole->data() + offset, size, whole->device(), whole->inode()));
+  view->huge_pages_ = whole->huge_pages();
   view->whole_ = std::move(whole);
   return view;
 }
 
 SharedSegment::~SharedSegment() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
+  if (map_ == nullptr) return;
+  if (huge_pages_) direct_io_memory::Remove(map_);  // before another mapping can reuse the addresses
+  ::munmap(map_, map_size_);
 }
 
 SharedSegmentCache::SharedSegmentCache(int per_process, absl::Duration sweep_period)

@@ -8,8 +8,10 @@
 // must be sealed against shrinking (F_SEAL_SHRINK): a segment that could be truncated
 // under the mapping would kill the daemon with SIGBUS. Save maps it read-only, so a
 // stray write into staged bytes faults in the daemon instead of reaching the trainer;
-// Restore maps it writable. A SharedSegment is immutable after Open and may be shared
-// between threads.
+// Restore maps it writable. A segment in huge pages (MFD_HUGETLB) is registered with
+// DirectIoMemory while mapped, so that the file layer reads into it and writes from
+// it in place. A SharedSegment is immutable after Open and may be shared between
+// threads.
 //
 // SharedSegmentCache keeps the mappings of trainer segments for the calls after
 // them: trainers pool their segments, and mapping a segment and faulting in its pages
@@ -53,6 +55,8 @@ class SharedSegment {
   // The file mapped (a memfd's device and inode).
   dev_t device() const { return device_; }
   ino_t inode() const { return inode_; }
+  // In huge pages (made with MFD_HUGETLB): registered with DirectIoMemory while mapped.
+  bool huge_pages() const { return huge_pages_; }
 
  private:
   SharedSegment(void* map, size_t map_size, char* data, int64_t size, dev_t device, ino_t inode)
@@ -64,6 +68,7 @@ class SharedSegment {
   int64_t size_;
   dev_t device_;
   ino_t inode_;
+  bool huge_pages_ = false;
   std::shared_ptr<const SharedSegment> whole_;  // for a View: what keeps it mapped
 };
 

@@ -8,8 +8,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
@@ -183,6 +187,115 @@ TEST_F(SharedMemoryTest, RestoresIntoHostBuffersAreBitExactOnEveryTransport) {
       "host", 1, {{.name = "w", .dtype = 0, .data = w, .size = w_bytes - 4, .host_buffer = buffer->get()}});
   EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument) << small.status();
   EXPECT_NE(small.status().message().find("host_memory.size"), std::string::npos) << small.status();
+}
+
+// Raises vm.nr_hugepages so that at least `pages` huge pages are free, and puts the
+// setting back after (root only; ok() says whether they are there).
+class HugePageReservation {
+ public:
+  explicit HugePageReservation(int pages) {
+    std::ifstream in("/proc/sys/vm/nr_hugepages");
+    if (!(in >> before_)) return;
+    if (Free() >= pages) return;
+    std::ofstream out("/proc/sys/vm/nr_hugepages");
+    if (!(out << before_ + pages << std::endl)) return;
+    raised_ = true;
+  }
+  ~HugePageReservation() {
+    if (raised_) std::ofstream("/proc/sys/vm/nr_hugepages") << before_ << std::endl;
+  }
+  static int Free() {
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string line; std::getline(meminfo, line);) {
+      if (absl::StartsWith(line, "HugePages_Free:")) return std::atoi(line.c_str() + 15);
+    }
+    return 0;
+  }
+
+ private:
+  int before_ = 0;
+  bool raised_ = false;
+};
+
+// Segments in huge pages: the client makes its save and reply segments (4 MiB and
+// up) in them where huge pages are free, and the daemon writes from them and reads
+// into them with O_DIRECT in place. Row blocks from 4 trainers restore bit-exact from
+// disk into ordinary memory (through a reply segment), into a HostBuffer in huge
+// pages, and as a box that cuts them mid-block.
+TEST_F(SharedMemoryTest, SegmentsInHugePagesSaveAndRestoreBitExact) {
+  HugePageReservation reservation(256);
+  if (HugePageReservation::Free() < 64) {
+    GTEST_SKIP() << "no free huge pages (vm.nr_hugepages), and this process may not reserve them";
+  }
+  // 16 rows per trainer: 6 MiB and 64 KiB, whole disk blocks, so that every row block
+  // is read in place into a huge-page target.
+  constexpr int64_t kRows = 64, kCols = (6 << 20) / 4 / 16 + 1024;
+  auto value = [](int64_t row, int64_t col) { return static_cast<float>(row * kCols + col) * 0.5f; };
+  auto results = RunTrainers(4, [&](int t) -> absl::Status {
+    auto client = cluster_->Connect(t / 2);
+    std::vector<float> rows(16 * kCols);
+    for (int64_t r = 0; r < 16; ++r)
+      for (int64_t c = 0; c < kCols; ++c) rows[r * kCols + c] = value(16 * t + r, c);
+    SaveOptions options;
+    options.transport = Transport::kSharedMemory;
+    ASSIGN_OR_RETURN(SaveResult result, client->Save("huge", 1, t, 4,
+                                                     {{.name = "big",
+                                                       .dtype = kDtFloat,
+                                                       .shape = {kRows, kCols},
+                                                       .box_start = {16 * t, 0},
+                                                       .box_length = {16, kCols},
+                                                       .data = rows.data(),
+                                                       .size = rows.size() * sizeof(float)}},
+                                                     options));
+    if (!result.shared_memory) return absl::InternalError("saved without shared memory");
+    return client->Wait("huge", 1);
+  });
+  for (int t = 0; t < 4; ++t) ASSERT_TRUE(results[t].ok()) << "trainer " << t << ": " << results[t];
+  std::vector<float> want(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kCols; ++c) want[r * kCols + c] = value(r, c);
+  const size_t bytes = want.size() * sizeof(float);
+  // Fresh daemons, so that the restores read the data files from disk, not the
+  // saved bytes the daemons still hold in memory.
+  ASSERT_EQ(cluster_->Stop(), 0) << "see " << cluster_->log();
+  ASSERT_TRUE(cluster_->Start().ok());
+
+  auto client = cluster_->Connect(1);
+  std::vector<float> plain(want.size(), -1.0f);
+  RestoreOptions options;
+  options.transport = Transport::kSharedMemory;
+  auto restored =
+      client->Restore("huge", 1, {{.name = "big", .dtype = 0, .data = plain.data(), .size = bytes}}, options);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(plain == want);
+
+  auto buffer = HostBuffer::Allocate(bytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_TRUE((*buffer)->huge_pages()) << "a " << bytes << "-byte buffer with huge pages free";
+  std::memset((*buffer)->data(), 0xff, (*buffer)->size());
+  restored = client->Restore(
+      "huge", 1,
+      {{.name = "big", .dtype = 0, .data = (*buffer)->data(), .size = bytes, .host_buffer = buffer->get()}},
+      options);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(std::memcmp((*buffer)->data(), want.data(), bytes), 0);
+  // Rows [8, 40) into ordinary memory: pieces that start mid-block land through the
+  // daemon's own slots, beside row blocks read in place.
+  std::vector<float> middle(32 * kCols, -1.0f);
+  restored = client->Restore("huge", 1,
+                             {{.name = "big",
+                               .dtype = 0,
+                               .box_start = {8, 0},
+                               .box_length = {32, kCols},
+                               .data = middle.data(),
+                               .size = middle.size() * sizeof(float)}},
+                             options);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(std::equal(middle.begin(), middle.end(), want.begin() + 8 * kCols));
+  // A small buffer stays in ordinary pages: most of a huge page would be waste.
+  auto small = HostBuffer::Allocate(64 << 10);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_FALSE((*small)->huge_pages());
 }
 
 // Restores "bias" of run "host" step 1 with host_memory naming `fd` of this process,

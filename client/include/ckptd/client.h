@@ -56,7 +56,10 @@ struct DeviceMemory {
 // memory instead of two (into a reply segment, then out of it), on the shared-memory
 // path; streamed restores fill it like any memory. Keep a trainer's tensors in a few
 // large buffers rather than many small ones: the daemon keeps its mappings of at most
-// 16 segments per trainer process. Owns its memory; not copyable.
+// 16 segments per trainer process. Buffers of 4 MiB or more go in huge pages where
+// the host has them reserved and free (vm.nr_hugepages; CKPTD_HUGE_PAGES=0 turns
+// that off), which the daemon reads into with O_DIRECT in place. Owns its memory;
+// not copyable.
 class HostBuffer {
  public:
   static absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes);
@@ -67,16 +70,21 @@ class HostBuffer {
   char* data() const { return data_; }
   size_t size() const { return size_; }
   int fd() const { return fd_; }  // the memfd, as the daemon is told of it
+  // In huge pages (see Allocate): the daemon reads into it with O_DIRECT in place.
+  bool huge_pages() const { return huge_pages_; }
   bool Contains(const void* p, size_t n) const {
     const char* c = static_cast<const char*>(p);
     return c >= data_ && c <= data_ + size_ && n <= static_cast<size_t>(data_ + size_ - c);
   }
 
  private:
-  HostBuffer(int fd, char* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  HostBuffer(int fd, char* data, size_t size, size_t mapped, bool huge_pages)
+      : fd_(fd), data_(data), size_(size), mapped_(mapped), huge_pages_(huge_pages) {}
   int fd_;
   char* data_;
   size_t size_;
+  size_t mapped_;  // size_, rounded up to whole huge pages when in them
+  bool huge_pages_;
 };
 
 struct TensorShard {

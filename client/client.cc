@@ -85,7 +85,7 @@ constexpr size_t kHugePagesFrom = size_t{4} << 20;
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // CKPTD_HUGE_PAGES=0 (or off, no, false) keeps every segment in ordinary pages, for
-// hosts whose reserved huge pages belong to something else.
+// hosts whose huge pages belong to something else.
 bool HugePagesAllowed() {
   static const bool allowed = [] {
     const char* env = std::getenv("CKPTD_HUGE_PAGES");
@@ -125,8 +125,8 @@ absl::StatusOr<std::pair<int, char*>> MapSealedMemfd(size_t length, unsigned ext
 
 // A memfd mapped into this process, sealed so it can neither shrink nor grow (the
 // daemon refuses segments that could shrink under its mapping). Large ones go in huge
-// pages where the system has enough reserved and free (vm.nr_hugepages), else in
-// ordinary pages.
+// pages where the kernel has enough to give (reserved with vm.nr_hugepages, or made on
+// demand up to vm.nr_overcommit_hugepages), else in ordinary pages.
 absl::StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   if (bytes >= kHugePagesFrom && HugePagesAllowed()) {

@@ -157,9 +157,10 @@ int ReapOne(io_uring* ring, unsigned depth, std::vector<unsigned>& free_slots, u
 // between requests (measured here by scripts/bench_ceiling.py: psync at queue depth 1
 // writes about half of what libaio or io_uring at depth 16 do). Each chunk is copied
 // into its slot of a BounceRegions region first (see there why), and goes from the
-// source where no region could be had or the source is in huge pages (DirectIoMemory). Owned by one file and
-// used by one thread at a time, as the file is. Without liburing at build time, or where the kernel refuses
-// io_uring, Create returns null and writes stay synchronous.
+// source where no region could be had or the source is in huge pages (DirectIoMemory).
+// Owned by one file and used by one thread at a time, as the file is. Without liburing
+// at build time, or where the kernel refuses io_uring, Create returns null and writes
+// stay synchronous.
 class QueuedWriter {
  public:
   static constexpr size_t kChunk = BounceRegions::kSlotBytes;
@@ -474,8 +475,8 @@ absl::StatusOr<std::unique_ptr<WritableFile>> OpenDirect(const std::string& path
 // descriptor opened with O_DIRECT (the same file, reopened via /proc/self/fd), which
 // skips the page cache: through QueuedReader's slots into memory at any address, in
 // place into memory in huge pages (DirectIoMemory), or without io_uring straight into
-// 4 KiB-aligned memory. The unaligned tail, and every
-// read where the file system refuses O_DIRECT, use the buffered descriptor.
+// 4 KiB-aligned memory. The unaligned tail, and every read where the file system
+// refuses O_DIRECT, use the buffered descriptor.
 class PosixRandomAccessFile : public RandomAccessFile {
  public:
   static constexpr size_t kBlock = 4096;

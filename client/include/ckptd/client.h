@@ -57,9 +57,9 @@ struct DeviceMemory {
 // path; streamed restores fill it like any memory. Keep a trainer's tensors in a few
 // large buffers rather than many small ones: the daemon keeps its mappings of at most
 // 16 segments per trainer process. Buffers of 4 MiB or more go in huge pages where
-// the host has them reserved and free (vm.nr_hugepages; CKPTD_HUGE_PAGES=0 turns
-// that off), which the daemon reads into with O_DIRECT in place. Owns its memory;
-// not copyable.
+// the kernel has them to give (vm.nr_hugepages or vm.nr_overcommit_hugepages;
+// CKPTD_HUGE_PAGES=0 turns that off), which the daemon reads into with O_DIRECT in
+// place. Owns its memory; not copyable.
 class HostBuffer {
  public:
   static absl::StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes);

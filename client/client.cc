@@ -130,7 +130,8 @@ absl::StatusOr<std::pair<int, char*>> MapSealedMemfd(size_t length, unsigned ext
 absl::StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   if (bytes >= kHugePagesFrom && HugePagesAllowed()) {
-    const size_t length = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    const auto length =
+        static_cast<size_t>(wire::AlignUp(static_cast<int64_t>(bytes), static_cast<int64_t>(kHugePageBytes)));
     if (auto huge = MapSealedMemfd(length, MFD_HUGETLB); huge.ok()) {
       return std::unique_ptr<HostBuffer>(new HostBuffer(huge->first, huge->second, bytes, length, true));
     }

@@ -80,7 +80,6 @@ std::shared_ptr<SharedSegment> SharedSegment::View(std::shared_ptr<const SharedS
                                                    int64_t size) {
   std::shared_ptr<SharedSegment> view(
       new SharedSegment(nullptr, 0, whole->data() + offset, size, whole->device(), whole->inode()));
-  view->huge_pages_ = whole->huge_pages();
   view->whole_ = std::move(whole);
   return view;
 }

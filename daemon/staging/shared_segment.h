@@ -55,8 +55,6 @@ class SharedSegment {
   // The file mapped (a memfd's device and inode).
   dev_t device() const { return device_; }
   ino_t inode() const { return inode_; }
-  // In huge pages (made with MFD_HUGETLB): registered with DirectIoMemory while mapped.
-  bool huge_pages() const { return huge_pages_; }
 
  private:
   SharedSegment(void* map, size_t map_size, char* data, int64_t size, dev_t device, ino_t inode)
@@ -68,7 +66,7 @@ class SharedSegment {
   int64_t size_;
   dev_t device_;
   ino_t inode_;
-  bool huge_pages_ = false;
+  bool huge_pages_ = false;                     // a mapping registered with DirectIoMemory (never a View)
   std::shared_ptr<const SharedSegment> whole_;  // for a View: what keeps it mapped
 };
 

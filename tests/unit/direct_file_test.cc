@@ -5,7 +5,8 @@
 // and reads are copied through pooled slots on their way: ranges longer than all slots
 // together, from several threads at once and one after another, into memory at any
 // address and into pieces that split the slots' chunks, land byte for byte too.
-// Memory registered with DirectIoMemory (huge pages in the daemon) skips the slots.
+// Memory registered with DirectIoMemory (huge pages in the daemon) skips the slots,
+// and is free for its owner to reuse once Append returns, as slotted memory is.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -247,6 +248,37 @@ TEST(DirectWritableFileTest, RegisteredMemoryIsWrittenFromAndReadIntoInPlace) {
 #else
   EXPECT_EQ(written_in_place, 0u);
 #endif
+}
+
+// Append lets the caller reuse its bytes as soon as it returns, whether they went in
+// place or through the slots: bytes overwritten then are not what the file holds (a
+// queue left in flight past Append would write some of them).
+TEST(DirectWritableFileTest, AppendLeavesTheSourceFreeWhenItReturns) {
+  testing::TempDir dir;
+  const int probe = ::open(dir.Sub("probe").c_str(), O_CREAT | O_WRONLY | O_DIRECT | O_CLOEXEC, 0600);
+  if (probe < 0) GTEST_SKIP() << "the temp directory's file system refuses O_DIRECT: nothing is queued";
+  ::close(probe);
+  constexpr size_t kBytes = 48u << 20;
+  Aligned registered(kBytes), ordinary(kBytes);
+  direct_io_memory::Add(registered.data, kBytes);
+  std::mt19937_64 rng(11);
+  for (char* source : {registered.data, ordinary.data}) {
+    for (size_t i = 0; i < kBytes; i += 8) {
+      const uint64_t word = rng();
+      std::memcpy(source + i, &word, 8);
+    }
+    const std::string original(source, kBytes);
+    auto file = PosixFileSystem()->NewDirectWritableFile(dir.Sub("plain"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_TRUE((*file)->Append(absl::string_view(source, kBytes)).ok());
+    std::memset(source, 0x5a, kBytes);
+    ASSERT_TRUE((*file)->Sync().ok());
+    ASSERT_TRUE((*file)->Close().ok());
+    auto back = PosixFileSystem()->ReadFileToString(dir.Sub("plain"), 1 << 30);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == original) << (source == registered.data ? "in place" : "through the slots");
+  }
+  direct_io_memory::Remove(registered.data);
 }
 
 TEST(DirectWritableFileTest, TmpfsFallsBackWhereODirectIsRefused) {

@@ -472,6 +472,10 @@ absl::StatusOr<std::unique_ptr<BundleReader>> BundleReader::Open(FileSystem* fs,
   if (reader->header_.endianness() != tf::BundleHeaderProto::LITTLE) {
     return absl::UnimplementedError(absl::StrCat(index_path, ": big-endian bundles are not supported"));
   }
+  reader->data_file_paths_.reserve(static_cast<size_t>(num_shards));
+  for (int shard = 0; shard < num_shards; ++shard) {
+    reader->data_file_paths_.push_back(DataPath(prefix, shard, num_shards));
+  }
   for (it->Next(); it->Valid(); it->Next()) {
     std::string key = it->key().ToString();
     tf::BundleEntryProto entry;
@@ -553,6 +557,11 @@ absl::StatusOr<TensorInfo> BundleReader::Lookup(const std::string& name) const {
   return info;
 }
 
+std::string BundleReader::DataFile(int shard) const {
+  if (shard >= 0 && static_cast<size_t>(shard) < data_file_paths_.size()) return data_file_paths_[shard];
+  return DataPath(prefix_, shard, header_.num_shards());
+}
+
 absl::StatusOr<RandomAccessFile*> BundleReader::DataFileHandle(int shard) {
   auto it = data_files_.find(shard);
   if (it != data_files_.end()) return it->second.get();
@@ -623,7 +632,7 @@ int BundleReader::VerifyAll(std::vector<std::string>* problems, int64_t* bytes_c
   return checked;
 }
 
-absl::Status BundleReader::CheckEntryRange(const std::string& label, const tf::BundleEntryProto& entry) {
+absl::Status BundleReader::CheckEntryRange(absl::string_view label, const tf::BundleEntryProto& entry) {
   auto file = DataFileHandle(entry.shard_id());
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat("tensor ", label, ": ", file.status().message()));
@@ -674,34 +683,35 @@ absl::Status BundleReader::ReadEntries(uint64_t offset, uint64_t span, const std
     }
   }
   auto file = DataFileHandle(shard);
-  std::string buffer(static_cast<size_t>(span), '\0');
-  absl::Status s = (*file)->Read(offset, buffer.size(), buffer.data());
+  // Not zeroed: every byte of it is read over (a short read fails).
+  const std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(span));
+  absl::Status s = (*file)->Read(offset, static_cast<size_t>(span), buffer.get());
   if (absl::IsOutOfRange(s)) {
     return absl::DataLossError(absl::StrCat("tensor ", reads.front().label, ": ", s.message()));
   }
   RETURN_IF_ERROR(s);
   for (const EntryRead& r : reads) {
-    const char* bytes = buffer.data() + (r.entry->offset() - offset);
+    const char* bytes = buffer.get() + (r.entry->offset() - offset);
     RETURN_IF_ERROR(CheckEntryBytes(r.label, *r.entry, bytes));
     std::memcpy(r.dst, bytes, static_cast<size_t>(r.entry->size()));
   }
   return absl::OkStatus();
 }
 
-absl::Status BundleReader::CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
+absl::Status BundleReader::CheckEntryBytes(absl::string_view label, const tf::BundleEntryProto& entry,
                                            const char* data) const {
-  const std::string file_name = DataFile(entry.shard_id());
   int64_t elements = 1;
   for (const auto& dim : entry.shape().dim()) elements *= dim.size();
   absl::StatusOr<uint32_t> actual =
       EntryChecksum(entry.dtype(), elements, data, static_cast<size_t>(entry.size()));
   if (!actual.ok()) {
     return absl::DataLossError(absl::StrCat("tensor ", label, ": ", actual.status().message(), " in ",
-                                            file_name, " at offset ", entry.offset()));
+                                            DataFile(entry.shard_id()), " at offset ", entry.offset()));
   }
   if (*actual != entry.crc32c()) {
-    return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ", file_name,
-                                            " at offset ", entry.offset(), " (", entry.size(), " bytes)"));
+    return absl::DataLossError(absl::StrCat("tensor ", label, ": checksum mismatch in ",
+                                            DataFile(entry.shard_id()), " at offset ", entry.offset(), " (",
+                                            entry.size(), " bytes)"));
   }
   return absl::OkStatus();
 }

@@ -167,7 +167,7 @@ class BundleReader {
 
   // DATA_LOSS naming the piece (`label`, see PieceLabel) and file if the entry's byte
   // range is not inside its data file (checked before anything is allocated for it).
-  absl::Status CheckEntryRange(const std::string& label, const tf::BundleEntryProto& entry);
+  absl::Status CheckEntryRange(absl::string_view label, const tf::BundleEntryProto& entry);
   // Reads one entry's bytes into dst (entry.size() bytes) and checks its crc32c.
   // DATA_LOSS naming the piece and file on a mismatch or a range past the file's end.
   absl::Status ReadEntry(const std::string& label, const tf::BundleEntryProto& entry, char* dst);
@@ -177,7 +177,7 @@ class BundleReader {
   const char* KeptEntry(const tf::BundleEntryProto& entry);
   // One entry of a ReadEntries batch.
   struct EntryRead {
-    std::string label;
+    absl::string_view label;  // the piece's label, outliving the call
     const tf::BundleEntryProto* entry;
     char* dst;
   };
@@ -212,12 +212,13 @@ class BundleReader {
                 const std::function<void(int64_t, int64_t)>& progress = nullptr,
                 const std::set<int>& shards = {});
 
-  std::string DataFile(int shard) const { return DataPath(prefix_, shard, header_.num_shards()); }
+  // The path of data file `shard` (named once per reader: a restore asks for every piece).
+  std::string DataFile(int shard) const;
 
  private:
   // Checks the crc32c of one entry's bytes (already read into data); DATA_LOSS
   // naming the piece and file on a mismatch.
-  absl::Status CheckEntryBytes(const std::string& label, const tf::BundleEntryProto& entry,
+  absl::Status CheckEntryBytes(absl::string_view label, const tf::BundleEntryProto& entry,
                                const char* data) const;
   BundleReader(FileSystem* fs, std::string prefix) : fs_(fs), prefix_(std::move(prefix)) {}
   absl::StatusOr<RandomAccessFile*> DataFileHandle(int shard);
@@ -228,6 +229,7 @@ class BundleReader {
   std::vector<std::pair<std::string, tf::BundleEntryProto>> entries_;
   absl::flat_hash_map<std::string, size_t> by_key_;  // index into entries_
   std::map<int, std::unique_ptr<RandomAccessFile>> data_files_;
+  std::vector<std::string> data_file_paths_;  // DataFile of each shard, from Open
 };
 
 // TensorFlow's `checkpoint` state file (text proto): model_checkpoint_path and

@@ -89,6 +89,12 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     size_t holders_begin, holders_end;  // the shards of that box in `sorted`: who holds a copy
   };
   std::vector<Assignment> order;
+  // Sized up front: growing them by doubling moved every tensor already planned (into
+  // newly faulted memory) about twice over.
+  size_t names = 0;
+  for (size_t k = 0; k < sorted.size(); ++k) names += k == 0 || sorted[k]->name != sorted[k - 1]->name;
+  plan.tensors.reserve(names);
+  order.reserve(sorted.size());  // at most one box per shard
   for (size_t begin = 0, end = 0; begin < sorted.size(); begin = end) {
     while (end < sorted.size() && sorted[end]->name == sorted[begin]->name) ++end;
     // The first shard received (lowest address) fixes dtype and shape; the first saved

@@ -36,6 +36,13 @@ std::set<int> Everyone(int count) {
   return ids;
 }
 
+// How many tensors the trainers staged, replicas included.
+size_t StagedTensorCount(const std::vector<TrainerPayload>& payloads) {
+  size_t count = 0;
+  for (const TrainerPayload& p : payloads) count += p.tensors.size();
+  return count;
+}
+
 // A staged box's name and extent, pointing into the staged tensor (or the plan).
 struct StagedKey {
   absl::string_view name;
@@ -112,9 +119,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
 absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan_out) {
   // Every rank learns every shard, then computes the same plan.
   internal::ShardList local;
-  size_t staged = 0;
-  for (const TrainerPayload& p : attempt.payloads) staged += p.tensors.size();
-  local.mutable_shards()->Reserve(static_cast<int>(staged));
+  local.mutable_shards()->Reserve(static_cast<int>(StagedTensorCount(attempt.payloads)));
   for (const TrainerPayload& p : attempt.payloads) {
     for (const StagedTensor& t : p.tensors) {
       internal::Shard* s = local.add_shards();
@@ -406,8 +411,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   // Looked up in place by name and box: a tree of copied names (and a tree of the
   // boxes used) took over a third of the write phase's CPU time at 100,000 tensors.
   absl::flat_hash_map<StagedKey, StagedTensor*> staged;
-  size_t staged_count = 0;
-  for (const TrainerPayload& p : payloads) staged_count += p.tensors.size();
+  const size_t staged_count = StagedTensorCount(payloads);
   staged.reserve(staged_count);
   for (TrainerPayload& p : payloads) {
     for (StagedTensor& t : p.tensors) staged.emplace(StagedKey{t.name, &t.box}, &t);

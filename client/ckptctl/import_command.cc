@@ -283,9 +283,8 @@ int Import(const std::string& src, const std::string& run_dir_arg, int64_t step,
   // daemons treat a crashed import's leftovers as a crashed commit's).
   const std::string temp = store.TempDir(run, step) + ".import";
   Progress progress("import");
-  absl::Status s = fs->DeleteRecursively(temp);
-  if (absl::IsNotFound(s)) s = absl::OkStatus();
-  if (s.ok()) s = fs->CreateDirs(temp, 0755);
+  absl::Status s =
+      store.BeginStep(run, step, ".import", 0755, ckptd::CheckpointStore::Begin::kFresh).status();
   Progress* shown = quiet || as_json ? nullptr : &progress;
   if (s.ok() && safetensors) {
     auto index = WriteFromSafetensors(fs, files, temp, &meta, shown);
@@ -313,14 +312,12 @@ int Import(const std::string& src, const std::string& run_dir_arg, int64_t step,
     // Written last: its directory sync also makes every file above durable in `temp`.
     s = fs->WriteFileAtomically(ckptd::JoinPath(temp, ckptd::kCheckpointMetaFile), meta.ToJson());
   }
-  if (s.ok()) s = fs->Rename(temp, store.StepDir(run, step));
+  bool renamed = false;
+  if (s.ok()) s = store.PublishStep(temp, run, step, /*sync_contents=*/false, &renamed);
   if (!s.ok()) {
-    fs->DeleteRecursively(temp).IgnoreError();
+    if (!renamed) fs->DeleteRecursively(temp).IgnoreError();
     return Error(s);
   }
-  s = fs->SyncDir(run_dir);
-  if (s.ok()) s = store.WriteStateFile(run);
-  if (!s.ok()) return Error(s);
   int64_t bytes = 0;
   for (const auto& h : meta.hosts) bytes += h.bytes;
   if (as_json) {

@@ -209,9 +209,7 @@ absl::Status Coordinator::PrepareTempDir(const StepKey& key) {
     return absl::AlreadyExistsError(
         absl::StrCat("run '", key.run, "' step ", key.step, " is already committed"));
   }
-  const std::string temp_dir = store_->TempDir(key.run, key.step);
-  RETURN_IF_ERROR(store_->fs()->DeleteRecursively(temp_dir));
-  return store_->fs()->CreateDirs(temp_dir, options_.dir_mode);
+  return store_->BeginStep(key.run, key.step, "", options_.dir_mode, CheckpointStore::Begin::kFresh).status();
 }
 
 absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
@@ -601,15 +599,10 @@ absl::Status Coordinator::WriteStepFiles(const StepKey& key, const internal::Ste
 }
 
 absl::Status Coordinator::Publish(const StepKey& key) {
-  // One rename makes the step visible; the directory sync makes that durable, and
-  // only then does TF's state file name it.
-  FileSystem* fs = store_->fs();
-  const std::string temp_dir = store_->TempDir(key.run, key.step);
-  const std::string step_dir = store_->StepDir(key.run, key.step);
-  RETURN_IF_ERROR(fs->Rename(temp_dir, step_dir));
-  absl::Status s = fs->SyncDir(store_->RunDir(key.run));
-  if (s.ok()) s = store_->WriteStateFile(key.run);
-  if (s.ok()) return s;
+  bool renamed = false;
+  const absl::Status s = store_->PublishStep(store_->TempDir(key.run, key.step), key.run, key.step,
+                                             /*sync_contents=*/false, &renamed);
+  if (s.ok() || !renamed) return s;
   // Not durably published: take it back so that nothing reports a failed step.
   spdlog::error("run '{}' step {}: publish failed ({}); withdrawing it", key.run, key.step,
                 std::string(s.message()));

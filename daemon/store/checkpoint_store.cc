@@ -27,6 +27,51 @@ std::string CheckpointStore::TempDir(const std::string& run, int64_t step) const
   return JoinPath(RunDir(run), ".tmp-" + StepDirName(step));
 }
 
+namespace {
+
+// kJoin: another host may have made the directory first.
+absl::Status CreateDirIfMissing(FileSystem* fs, const std::string& path, uint32_t mode) {
+  const absl::Status s = fs->CreateDir(path, mode);
+  return absl::IsAlreadyExists(s) && fs->IsDirectory(path) ? absl::OkStatus() : s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CheckpointStore::BeginStep(const std::string& run, int64_t step,
+                                                       absl::string_view suffix, uint32_t dir_mode,
+                                                       Begin how) const {
+  const std::string temp_dir = absl::StrCat(TempDir(run, step), suffix);
+  if (how == Begin::kJoin) {
+    RETURN_IF_ERROR(CreateDirIfMissing(fs_, RunDir(run), dir_mode));
+    RETURN_IF_ERROR(CreateDirIfMissing(fs_, temp_dir, dir_mode));
+    return temp_dir;
+  }
+  if (absl::Status s = fs_->DeleteRecursively(temp_dir); !s.ok() && !absl::IsNotFound(s)) return s;
+  RETURN_IF_ERROR(fs_->CreateDirs(temp_dir, dir_mode));
+  return temp_dir;
+}
+
+absl::Status CheckpointStore::PublishStep(const std::string& temp_dir, const std::string& run, int64_t step,
+                                          bool sync_contents, bool* renamed) const {
+  *renamed = false;
+  if (sync_contents) RETURN_IF_ERROR(fs_->SyncDir(temp_dir));
+  RETURN_IF_ERROR(fs_->Rename(temp_dir, StepDir(run, step)));
+  *renamed = true;
+  RETURN_IF_ERROR(fs_->SyncDir(RunDir(run)));
+  return WriteStateFile(run);
+}
+
+int64_t CheckpointStore::StepBytes(const std::string& run, int64_t step) const {
+  const std::string dir = StepDir(run, step);
+  int64_t bytes = 0;
+  if (auto names = fs_->ListDir(dir); names.ok()) {
+    for (const std::string& name : *names) {
+      if (auto size = fs_->FileSize(JoinPath(dir, name)); size.ok()) bytes += static_cast<int64_t>(*size);
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<bool> CheckpointStore::HasIndex(const std::string& step_dir) const {
   absl::StatusOr<uint64_t> size = fs_->FileSize(IndexPath(Prefix(step_dir)));
   if (size.ok()) return true;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "daemon/io/file_system.h"
 
 namespace ckptd {
@@ -31,6 +32,8 @@ class CheckpointStore {
   // The bundle prefix inside a step (or temp) directory.
   static std::string Prefix(const std::string& step_dir) { return JoinPath(step_dir, "ckpt"); }
 
+  // Bytes of the files in a step's directory (0 for any it cannot size).
+  int64_t StepBytes(const std::string& run, int64_t step) const;
   // Committed steps of a run, ascending: step-* directories holding ckpt.index.
   absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& run) const;
   absl::StatusOr<std::vector<std::string>> ListRuns() const;
@@ -49,6 +52,27 @@ class CheckpointStore {
   // when the run has no committed step.
   absl::StatusOr<std::vector<int64_t>> RestoreCandidates(const std::string& run, std::optional<int64_t> step,
                                                          bool fallback) const;
+  // Every writer of a step (the commit, the drain, ckptctl import) fills a temp
+  // directory of the run, then publishes it with one rename: a reader sees all of a
+  // step or none of it.
+  //
+  // How a writer begins: kFresh removes what an earlier attempt left and creates the
+  // directory anew (one writer); kJoin creates it where missing (several hosts fill
+  // one temp directory of a shared root).
+  enum class Begin { kFresh, kJoin };
+  // The run's temp directory for `step` with `suffix` appended (the commit: none; an
+  // import or a drain, their own, so that what a crash leaves looks to cleanup like a
+  // crashed commit's), created with `dir_mode`, and the run directory with it.
+  absl::StatusOr<std::string> BeginStep(const std::string& run, int64_t step, absl::string_view suffix,
+                                        uint32_t dir_mode, Begin how) const;
+  // Publishes `temp_dir` as committed `step` of `run`: with `sync_contents` its
+  // entries are made durable first; one rename makes the step visible, the run
+  // directory's sync makes that durable, and only then does TF's state file name it.
+  // *renamed says whether the step became visible, so that on an error the caller
+  // either takes it back (renamed) or removes the temp directory.
+  absl::Status PublishStep(const std::string& temp_dir, const std::string& run, int64_t step,
+                           bool sync_contents, bool* renamed) const;
+
   // Rewrites TF's `checkpoint` state file for the run from what is committed.
   // `leaving`: a step about to be taken back, left out so that the state file never
   // names a step that is not there, whenever a crash stops the take-back.

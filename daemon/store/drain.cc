@@ -22,11 +22,7 @@ constexpr size_t kAlignment = 4096;
 constexpr int64_t kMaxMetaBytes = int64_t{1} << 30;
 constexpr char kPartialSuffix[] = ".partial";
 
-absl::Status CreateDirIfMissing(FileSystem* fs, const std::string& path, uint32_t mode) {
-  const absl::Status s = fs->CreateDir(path, mode);
-  // Every host creates the run and temp directories of a shared drain root.
-  return absl::IsAlreadyExists(s) && fs->IsDirectory(path) ? absl::OkStatus() : s;
-}
+std::string DrainTempSuffix(const std::string& id) { return absl::StrCat(".drain-", id); }
 
 // Every file the step needs is in `temp` at the size the commit wrote. A drain root
 // that is not one directory on every host would otherwise publish a checkpoint whose
@@ -54,7 +50,7 @@ absl::Status CheckDrainedFiles(const CheckpointStore& drain, const std::string& 
 
 std::string DrainTempDir(const CheckpointStore& drain, const std::string& run, int64_t step,
                          const std::string& id) {
-  return absl::StrCat(drain.TempDir(run, step), ".drain-", id);
+  return absl::StrCat(drain.TempDir(run, step), DrainTempSuffix(id));
 }
 
 absl::StatusOr<std::string> CommitId(const CheckpointStore& store, const std::string& run, int64_t step) {
@@ -108,10 +104,8 @@ absl::StatusOr<std::vector<int64_t>> PublishDrained(const CheckpointStore& drain
     RETURN_IF_ERROR(fs->DeleteRecursively(temp));
   } else {
     RETURN_IF_ERROR(CheckDrainedFiles(drain, temp));
-    RETURN_IF_ERROR(fs->SyncDir(temp));
-    RETURN_IF_ERROR(fs->Rename(temp, drain.StepDir(job.run, job.step)));
-    RETURN_IF_ERROR(fs->SyncDir(drain.RunDir(job.run)));
-    RETURN_IF_ERROR(drain.WriteStateFile(job.run));
+    bool renamed = false;
+    RETURN_IF_ERROR(drain.PublishStep(temp, job.run, job.step, /*sync_contents=*/true, &renamed));
   }
   // No other drain of the run is in flight: any other temp directory is an orphan.
   RETURN_IF_ERROR(drain.RemoveOrphans(job.run).status());
@@ -190,15 +184,14 @@ absl::Status Drainer::Copy(const DrainJob& job) {
   }
   ASSIGN_OR_RETURN(std::vector<std::string> files,
                    DrainShare(*source_, job.run, job.step, job.rank, job.num_ranks));
-  FileSystem* fs = drain_->fs();
-  RETURN_IF_ERROR(CreateDirIfMissing(fs, drain_->RunDir(job.run), dir_mode_));
-  const std::string temp = DrainTempDir(*drain_, job.run, job.step, job.id);
-  RETURN_IF_ERROR(CreateDirIfMissing(fs, temp, dir_mode_));
+  // Every host fills the one temp directory of the shared drain root.
+  ASSIGN_OR_RETURN(const std::string temp, drain_->BeginStep(job.run, job.step, DrainTempSuffix(job.id),
+                                                             dir_mode_, CheckpointStore::Begin::kJoin));
   const std::string from_dir = source_->StepDir(job.run, job.step);
   for (const std::string& name : files) {
     RETURN_IF_ERROR(CopyFile(JoinPath(from_dir, name), JoinPath(temp, name)));
   }
-  return fs->SyncDir(temp);
+  return drain_->fs()->SyncDir(temp);
 }
 
 absl::Status Drainer::CopyFile(const std::string& from, const std::string& to) {

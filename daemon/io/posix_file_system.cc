@@ -5,10 +5,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#ifdef CKPTD_HAVE_LIBURING
-#include <liburing.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -25,6 +21,8 @@
 #include "daemon/base/status.h"
 #include "daemon/io/direct_io_memory.h"
 #include "daemon/io/file_system.h"
+#include "daemon/io/posix_files.h"
+#include "daemon/io/uring_queue.h"
 
 namespace ckptd {
 namespace {
@@ -65,273 +63,8 @@ class PosixWritableFile : public WritableFile {
   int fd_;
 };
 
-// Memory that queued O_DIRECT writes and reads are copied through: kSlots slots of kSlotBytes,
-// 2 MiB-aligned and advised into transparent huge pages. Why copy: the kernel builds a
-// direct write's requests from the physical pages behind the source, and a request
-// holds at most max_segments (254 on virtio-blk) runs of contiguous pages. A trainer's
-// shared-memory segment is made of 4 KiB pages in no useful physical order (measured
-// here from /proc/PID/pagemap: every page a run of its own, in descending order), so a
-// 4 MiB write from it left as 1 MiB bios, each split into a 1016 KiB and an 8 KiB
-// request: 512 KiB per request on average, and the disk took 2-3 s for 2 GiB that
-// it takes 0.5-0.7 s for in 4 MiB requests. Reads into such memory fare the same
-// (1.4 GB/s against 3.6-4.0 GB/s through slots, 2 GiB cold). Copying at memcpy speed
-// into huge pages costs far less. Regions are pooled because first touch of fresh
-// memory is slow. Memory that is itself in huge pages (DirectIoMemory) skips them.
-// Thread-safe.
-class BounceRegions {
- public:
-  static constexpr size_t kSlots = 16;
-  static constexpr size_t kSlotBytes = 4 << 20;
-  static constexpr size_t kBytes = kSlots * kSlotBytes;
-
-  // A region, or null where no memory is left (writes then go from the source).
-  static char* Take() {
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      if (!idle().empty()) {
-        char* region = idle().back();
-        idle().pop_back();
-        return region;
-      }
-    }
-    void* region = nullptr;
-    if (posix_memalign(&region, 2 << 20, kBytes) != 0) return nullptr;
-    ::madvise(region, kBytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
-    return static_cast<char*>(region);
-  }
-
-  // Keeps up to kIdle regions for the next reader or writer; frees the rest.
-  static void Give(char* region) {
-    if (region == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      if (idle().size() < kIdle) {
-        idle().push_back(region);
-        return;
-      }
-    }
-    std::free(region);
-  }
-
- private:
-  static constexpr size_t kIdle = 4;  // a restore reads with several threads
-  static std::mutex& mu() {
-    static std::mutex* m = new std::mutex;
-    return *m;
-  }
-  static std::vector<char*>& idle() {
-    static std::vector<char*>* v = new std::vector<char*>;
-    return *v;
-  }
-};
-
-#ifdef CKPTD_HAVE_LIBURING
-// Submits what is queued on `ring` and reaps one completion: its slot (the entry's
-// user data) and result. Returns 0, or the errno of a ring that failed; then nothing
-// more can be reaped the usual way, so it has waited out everything in flight (the
-// only way left) and returned those slots to free_slots: the caller may reuse their
-// memory.
-int ReapOne(io_uring* ring, unsigned depth, std::vector<unsigned>& free_slots, unsigned* slot, int* res) {
-  while (true) {
-    io_uring_cqe* cqe = nullptr;
-    int waited = io_uring_submit_and_wait(ring, 1);
-    if (waited >= 0) waited = io_uring_peek_cqe(ring, &cqe);
-    if (waited == -EINTR || waited == -EAGAIN) continue;
-    if (waited < 0) {
-      while (free_slots.size() < depth && io_uring_wait_cqe(ring, &cqe) == 0) {
-        free_slots.push_back(static_cast<unsigned>(io_uring_cqe_get_data64(cqe)));
-        io_uring_cqe_seen(ring, cqe);
-      }
-      return -waited;
-    }
-    *slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
-    *res = cqe->res;
-    io_uring_cqe_seen(ring, cqe);
-    return 0;
-  }
-}
-#endif
-
-// Keeps several O_DIRECT writes of one large range in flight through io_uring. A disk
-// reaches its ceiling only with requests queued: one pwrite at a time leaves it idle
-// between requests (measured here by scripts/bench_ceiling.py: psync at queue depth 1
-// writes about half of what libaio or io_uring at depth 16 do). Each chunk is copied
-// into its slot of a BounceRegions region first (see there why), and goes from the
-// source where no region could be had or the source is in huge pages (DirectIoMemory).
-// Owned by one file and used by one thread at a time, as the file is. Without liburing
-// at build time, or where the kernel refuses io_uring, Create returns null and writes
-// stay synchronous.
-class QueuedWriter {
- public:
-  static constexpr size_t kChunk = BounceRegions::kSlotBytes;
-  static constexpr unsigned kDepth = BounceRegions::kSlots;
-
-#ifdef CKPTD_HAVE_LIBURING
-  static std::unique_ptr<QueuedWriter> Create() {
-    auto writer = std::unique_ptr<QueuedWriter>(new QueuedWriter);
-    if (io_uring_queue_init(kDepth, &writer->ring_, 0) != 0) return nullptr;
-    writer->initialized_ = true;
-    writer->bounce_ = BounceRegions::Take();
-    return writer;
-  }
-  ~QueuedWriter() {
-    if (initialized_) io_uring_queue_exit(&ring_);
-    BounceRegions::Give(bounce_);
-  }
-
-  // Writes n bytes from p at `offset` of fd in chunks, up to kDepth at a time. Returns
-  // 0, or the errno of the first chunk that failed; either way no write is in flight
-  // when it returns, so the caller may write the whole range again another way.
-  int Write(int fd, const char* p, size_t n, uint64_t offset) {
-    struct Chunk {
-      const char* p;
-      size_t n;
-      uint64_t offset;
-    };
-    Chunk chunks[kDepth];
-    std::vector<unsigned> free_slots;
-    for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(i);
-    // Memory in huge pages goes to the disk as it is: no copy.
-    const bool in_place = direct_io_memory::Contains(p, n);
-    if (in_place) direct_io_memory::CountInPlace(n);
-    size_t next = 0;
-    int error = 0;
-    auto queue = [&](unsigned slot) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: at most kDepth queued
-      io_uring_prep_write(sqe, fd, chunks[slot].p, static_cast<unsigned>(chunks[slot].n),
-                          chunks[slot].offset);
-      io_uring_sqe_set_data64(sqe, slot);
-    };
-    while (free_slots.size() < kDepth || (next < n && error == 0)) {
-      while (error == 0 && next < n && !free_slots.empty()) {
-        const unsigned slot = free_slots.back();
-        free_slots.pop_back();
-        chunks[slot] = {p + next, std::min(kChunk, n - next), offset + next};
-        if (bounce_ != nullptr && !in_place) {
-          char* copy = bounce_ + slot * kChunk;
-          std::memcpy(copy, chunks[slot].p, chunks[slot].n);
-          chunks[slot].p = copy;
-        }
-        next += chunks[slot].n;
-        queue(slot);
-      }
-      unsigned slot = 0;
-      int res = 0;
-      if (const int failed = ReapOne(&ring_, kDepth, free_slots, &slot, &res); failed != 0) return failed;
-      Chunk& chunk = chunks[slot];
-      if (res == -EINTR || res == -EAGAIN || (res > 0 && static_cast<size_t>(res) < chunk.n && error == 0)) {
-        if (res > 0) chunk = {chunk.p + res, chunk.n - static_cast<size_t>(res), chunk.offset + res};
-        queue(slot);  // the rest of a short or interrupted write
-        continue;
-      }
-      if (res < 0 && error == 0) error = -res;
-      if (res == 0 && error == 0) error = EIO;  // no progress: never loop forever
-      free_slots.push_back(slot);
-    }
-    return error;
-  }
-
- private:
-  QueuedWriter() = default;
-  io_uring ring_{};
-  bool initialized_ = false;
-  char* bounce_ = nullptr;  // each slot's chunk is copied here before it is queued
-#else
-  static std::unique_ptr<QueuedWriter> Create() { return nullptr; }
-  int Write(int, const char*, size_t, uint64_t) { return ENOSYS; }
-#endif
-};
-
-// Reads one range of an O_DIRECT descriptor through a pooled region's slots, with up
-// to kSlots chunk reads in flight, and hands each chunk to `deliver` as it lands (in
-// any order). One per call: a RandomAccessFile is read from several threads at once.
-// Without liburing, or where the kernel refuses io_uring, Read returns kUnavailable
-// and the caller reads another way.
-class QueuedReader {
- public:
-  static constexpr int kUnavailable = -1;
-  static constexpr int kShrank = -2;  // a read found the file's end before the range's
-  static constexpr size_t kChunk = BounceRegions::kSlotBytes;
-  static constexpr unsigned kDepth = BounceRegions::kSlots;
-  // (bytes from the range's start, the bytes, their count)
-  using Deliver = std::function<void(uint64_t at, const char* data, size_t n)>;
-
-#ifdef CKPTD_HAVE_LIBURING
-  // Reads [offset, offset + n): offset and n are whole blocks. With `in_place` (memory
-  // DirectIoMemory holds), each chunk is read straight to in_place + its offset and
-  // handed to `deliver` there; otherwise through a region's slots. Returns 0, an
-  // errno, or kUnavailable / kShrank; either way no read is in flight when it returns.
-  static int Read(int fd, uint64_t offset, size_t n, const Deliver& deliver, char* in_place = nullptr) {
-    io_uring ring{};
-    if (io_uring_queue_init(kDepth, &ring, 0) != 0) return kUnavailable;
-    char* region = in_place != nullptr ? nullptr : BounceRegions::Take();
-    if (region == nullptr && in_place == nullptr) {
-      io_uring_queue_exit(&ring);
-      return kUnavailable;
-    }
-    auto target = [&](unsigned slot, uint64_t at) {
-      return in_place != nullptr ? in_place + at : region + slot * kChunk;
-    };
-    struct Chunk {
-      uint64_t at;  // from the range's start
-      size_t n;
-      size_t done;
-    };
-    Chunk chunks[kDepth];
-    std::vector<unsigned> free_slots;
-    for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(i);
-    auto queue = [&](unsigned slot) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring);  // never null: at most kDepth queued
-      Chunk& c = chunks[slot];
-      io_uring_prep_read(sqe, fd, target(slot, c.at) + c.done, static_cast<unsigned>(c.n - c.done),
-                         offset + c.at + c.done);
-      io_uring_sqe_set_data64(sqe, slot);
-    };
-    uint64_t next = 0;
-    int error = 0;
-    while (free_slots.size() < kDepth || (next < n && error == 0)) {
-      while (error == 0 && next < n && !free_slots.empty()) {
-        const unsigned slot = free_slots.back();
-        free_slots.pop_back();
-        chunks[slot] = {next, std::min<size_t>(kChunk, n - next), 0};
-        next += chunks[slot].n;
-        queue(slot);
-      }
-      unsigned slot = 0;
-      int res = 0;
-      if (const int failed = ReapOne(&ring, kDepth, free_slots, &slot, &res); failed != 0) {
-        error = failed;
-        break;
-      }
-      Chunk& chunk = chunks[slot];
-      if (res == -EINTR || res == -EAGAIN) {
-        queue(slot);
-        continue;
-      }
-      if (res > 0) chunk.done += static_cast<size_t>(res);
-      if (res > 0 && chunk.done < chunk.n && error == 0) {
-        // A short read ends where the file does, or on a block: an unaligned rest
-        // cannot be read with O_DIRECT, and the range was checked to lie in the file.
-        if (chunk.done % 4096 != 0) {
-          error = kShrank;
-        } else {
-          queue(slot);
-          continue;
-        }
-      }
-      if (res < 0 && error == 0) error = -res;
-      if (res == 0 && error == 0) error = kShrank;
-      if (error == 0) deliver(chunk.at, target(slot, chunk.at), chunk.n);
-      free_slots.push_back(slot);
-    }
-    io_uring_queue_exit(&ring);
-    BounceRegions::Give(region);
-    return error;
-  }
-#else
-  static int Read(int, uint64_t, size_t, const Deliver&, char* = nullptr) { return kUnavailable; }
-#endif
-};
+using io_queue::QueuedReader;
+using io_queue::QueuedWriter;
 
 // Large sequential writes with O_DIRECT: appends gather in an aligned buffer that is
 // written in whole blocks; aligned appends bypass it, and a large one is written with
@@ -457,19 +190,6 @@ class DirectWritableFile : public WritableFile {
   std::unique_ptr<QueuedWriter> queue_;
   bool queue_refused_ = false;
 };
-
-// Opens with O_DIRECT, or without it where the file system refuses it.
-absl::StatusOr<std::unique_ptr<WritableFile>> OpenDirect(const std::string& path,
-                                                         const std::function<int(int extra_flags)>& open) {
-  bool direct = true;
-  int fd = open(O_DIRECT);
-  if (fd < 0 && errno == EINVAL) {
-    direct = false;
-    fd = open(0);
-  }
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
-  return std::unique_ptr<WritableFile>(new DirectWritableFile(path, fd, direct));
-}
 
 // Reads with pread. Large reads at 4 KiB-aligned offsets go through a second
 // descriptor opened with O_DIRECT (the same file, reopened via /proc/self/fd), which
@@ -739,247 +459,29 @@ class PosixFs : public FileSystem {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<WritableFile>> OpenDirect(const std::string& path,
+                                                         const std::function<int(int extra_flags)>& open) {
+  bool direct = true;
+  int fd = open(O_DIRECT);
+  if (fd < 0 && errno == EINVAL) {
+    direct = false;
+    fd = open(0);
+  }
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
+  return std::unique_ptr<WritableFile>(new DirectWritableFile(path, fd, direct));
+}
+
+std::unique_ptr<WritableFile> NewPosixWritableFile(std::string path, int fd) {
+  return std::make_unique<PosixWritableFile>(std::move(path), fd);
+}
+
+std::unique_ptr<RandomAccessFile> NewPosixRandomAccessFile(std::string path, int fd, uint64_t size) {
+  return std::make_unique<PosixRandomAccessFile>(std::move(path), fd, size);
+}
+
 FileSystem* PosixFileSystem() {
   static FileSystem* fs = new PosixFs();
   return fs;
-}
-
-}  // namespace ckptd
-
-// ---------------------------------------------------------------------------
-// Confined file system.
-
-#include <linux/openat2.h>
-#include <sys/syscall.h>
-
-#include "absl/strings/str_split.h"
-
-namespace ckptd {
-namespace {
-
-class ConfinedFs : public FileSystem {
- public:
-  ConfinedFs(std::string root, int root_fd, uint32_t file_mode)
-      : root_(std::move(root)), root_fd_(root_fd), file_mode_(file_mode) {}
-  ~ConfinedFs() override { ::close(root_fd_); }
-
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    // Replace whatever is there (never through it): unlink, then create exclusively.
-    if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0 && errno != ENOENT) {
-      return ErrnoToStatus(errno, absl::StrCat("create ", path));
-    }
-    int fd =
-        ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_);
-    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
-    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
-  }
-
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0 && errno != ENOENT) {
-      return ErrnoToStatus(errno, absl::StrCat("create ", path));
-    }
-    return OpenDirect(path, [&](int extra) {
-      // A refused O_DIRECT may leave the file created: remove it before the retry.
-      if (extra == 0) ::unlinkat(e.dir_fd, e.name.c_str(), 0);
-      return ::openat(e.dir_fd, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra,
-                      file_mode_);
-    });
-  }
-
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(int fd, OpenBeneath(path, O_RDONLY | O_CLOEXEC));
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
-    }
-    return std::unique_ptr<RandomAccessFile>(
-        new PosixRandomAccessFile(path, fd, static_cast<uint64_t>(st.st_size)));
-  }
-
-  absl::Status CreateDir(const std::string& path, uint32_t mode) override {
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::mkdirat(e.dir_fd, e.name.c_str(), mode) != 0)
-      return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
-    return absl::OkStatus();
-  }
-
-  absl::Status SetMode(const std::string& path, uint32_t mode) override {
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    struct stat st;
-    if (::fstatat(e.dir_fd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
-    }
-    if (S_ISLNK(st.st_mode)) return ErrnoToStatus(ELOOP, absl::StrCat("chmod ", path));
-    if (::fchmodat(e.dir_fd, e.name.c_str(), mode, 0) != 0)
-      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
-    return absl::OkStatus();
-  }
-
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    ASSIGN_OR_RETURN(Entry a, Parent(from));
-    ASSIGN_OR_RETURN(Entry b, Parent(to));
-    if (::renameat(a.dir_fd, a.name.c_str(), b.dir_fd, b.name.c_str()) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("rename ", from, " -> ", to));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status SyncDir(const std::string& path) override {
-    ASSIGN_OR_RETURN(int fd, OpenBeneath(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    const int rc = ::fsync(fd);
-    const int err = errno;
-    ::close(fd);
-    if (rc != 0) return ErrnoToStatus(err, absl::StrCat("fsync dir ", path));
-    return absl::OkStatus();
-  }
-
-  absl::Status DeleteFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::unlinkat(e.dir_fd, e.name.c_str(), 0) != 0)
-      return ErrnoToStatus(errno, absl::StrCat("unlink ", path));
-    return absl::OkStatus();
-  }
-
-  absl::Status DeleteRecursively(const std::string& path) override {
-    absl::StatusOr<Entry> parent = Parent(path);
-    if (absl::IsNotFound(parent.status())) return absl::OkStatus();  // nothing there
-    ASSIGN_OR_RETURN(Entry e, std::move(parent));
-    struct stat st;
-    if (::fstatat(e.dir_fd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT) return absl::OkStatus();
-      return ErrnoToStatus(errno, absl::StrCat("stat ", path));
-    }
-    if (S_ISDIR(st.st_mode)) {  // a symlink is removed itself, never followed
-      ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(path));
-      for (const std::string& name : names) RETURN_IF_ERROR(DeleteRecursively(JoinPath(path, name)));
-    }
-    if (::unlinkat(e.dir_fd, e.name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("remove ", path));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
-    ASSIGN_OR_RETURN(int fd, OpenBeneath(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    DIR* dir = ::fdopendir(fd);
-    if (dir == nullptr) {
-      ::close(fd);
-      return ErrnoToStatus(errno, absl::StrCat("opendir ", path));
-    }
-    std::vector<std::string> names;
-    while (struct dirent* d = ::readdir(dir)) {
-      if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
-      names.emplace_back(d->d_name);
-    }
-    ::closedir(dir);
-    return names;
-  }
-
-  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
-    ASSIGN_OR_RETURN(struct stat st, Stat(path));
-    return static_cast<uint64_t>(st.st_size);
-  }
-  bool IsDirectory(const std::string& path) override {
-    auto st = Stat(path);
-    return st.ok() && S_ISDIR(st->st_mode);
-  }
-  bool Exists(const std::string& path) override { return Stat(path).ok(); }
-
- private:
-  // A directory fd (beneath the root) and an entry name in it; closes the fd.
-  struct Entry {
-    int dir_fd = -1;
-    std::string name;
-    Entry() = default;
-    Entry(int fd, std::string n) : dir_fd(fd), name(std::move(n)) {}
-    Entry(Entry&& o) noexcept : dir_fd(o.dir_fd), name(std::move(o.name)) { o.dir_fd = -1; }
-    Entry& operator=(Entry&& o) noexcept {
-      std::swap(dir_fd, o.dir_fd);
-      name = std::move(o.name);
-      return *this;
-    }
-    ~Entry() {
-      if (dir_fd >= 0) ::close(dir_fd);
-    }
-  };
-
-  // `path` relative to the root ("." for the root itself). Rejects paths outside it
-  // and any ".." component.
-  absl::StatusOr<std::string> Relative(const std::string& path) const {
-    if (path == root_) return std::string(".");
-    if (path.compare(0, root_.size() + 1, root_ + "/") != 0) {
-      return absl::PermissionDeniedError(absl::StrCat(path, " is outside the checkpoint root ", root_));
-    }
-    std::string rel = path.substr(root_.size() + 1);
-    for (absl::string_view part : absl::StrSplit(rel, '/')) {
-      if (part == "..") return absl::PermissionDeniedError(absl::StrCat(path, ": '..' is not allowed"));
-    }
-    return rel.empty() ? std::string(".") : rel;
-  }
-
-  absl::StatusOr<int> OpenBeneath(const std::string& path, int flags) const {
-    ASSIGN_OR_RETURN(std::string rel, Relative(path));
-    struct open_how how = {};
-    how.flags = static_cast<uint64_t>(flags | O_NOFOLLOW);
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    // openat2 with RESOLVE_BENEATH fails with EAGAIN when any rename on the system
-    // races the lookup (the kernel's rename seqlock moved); the kernel asks callers to
-    // retry. Unretried, an unrelated rename made a stat look like an error.
-    long fd = -1;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      fd = ::syscall(SYS_openat2, root_fd_, rel.c_str(), &how, sizeof(how));
-      if (fd >= 0 || errno != EAGAIN) break;
-    }
-    if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path, " beneath ", root_));
-    return static_cast<int>(fd);
-  }
-
-  absl::StatusOr<Entry> Parent(const std::string& path) const {
-    if (path == root_) return absl::PermissionDeniedError("the checkpoint root itself cannot be changed");
-    ASSIGN_OR_RETURN(int fd, OpenBeneath(DirName(path), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    return Entry(fd, path.substr(path.rfind('/') + 1));
-  }
-
-  absl::StatusOr<struct stat> Stat(const std::string& path) const {
-    struct stat st;
-    if (path == root_) {
-      if (::fstat(root_fd_, &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
-      return st;
-    }
-    ASSIGN_OR_RETURN(Entry e, Parent(path));
-    if (::fstatat(e.dir_fd, e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("stat ", path));
-    }
-    return st;
-  }
-
-  std::string root_;
-  int root_fd_;
-  uint32_t file_mode_;
-};
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<FileSystem>> ConfinedFileSystem(const std::string& root, uint32_t file_mode) {
-  char resolved[PATH_MAX];
-  if (::realpath(root.c_str(), resolved) == nullptr)
-    return ErrnoToStatus(errno, absl::StrCat("resolve ", root));
-  int fd = ::open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", resolved));
-  struct open_how how = {};
-  how.flags = O_PATH | O_DIRECTORY;
-  how.resolve = RESOLVE_BENEATH;
-  const long probe = ::syscall(SYS_openat2, fd, ".", &how, sizeof(how));
-  if (probe < 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoToStatus(err, "openat2 (Linux 5.6+) is needed to confine file access");
-  }
-  ::close(static_cast<int>(probe));
-  return std::unique_ptr<FileSystem>(new ConfinedFs(resolved, fd, file_mode));
 }
 
 }  // namespace ckptd

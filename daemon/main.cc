@@ -28,10 +28,10 @@
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/private_dir.h"
-#include "daemon/io/read_cache.h"
+#include "daemon/peer/credentials.h"
 #include "daemon/service/ckptd_service.h"
-#include "daemon/service/credentials.h"
 #include "daemon/service/metrics_server.h"
+#include "daemon/tiers/storage_tiers.h"
 
 namespace {
 
@@ -321,60 +321,42 @@ int main(int argc, char** argv) {
 
   ckptd::StagingArea staging(config.staging_memory_limit);
   ckptd::StepRegistry registry;
-  // Restores and peer reads share blocks of data files through the read cache; the
-  // commit's renames and deletions go through it too, so that it forgets a step that
-  // is replaced or removed.
-  ckptd::ReadCache read_cache({.capacity_bytes = static_cast<uint64_t>(config.read_cache_bytes),
-                               .linger = config.read_cache_linger,
-                               .data_file = [](const std::string& path) {
-                                 int shard = 0, num_shards = 0;
-                                 return ckptd::ParseDataFileName(path, &shard, &num_shards);
-                               }});
-  ckptd::CachingFileSystem commit_fs(claims->confined.get(), &read_cache,
-                                     ckptd::CachingFileSystem::Reads::kPassedOn);
-  ckptd::CachingFileSystem restore_fs(claims->confined.get(), &read_cache,
-                                      ckptd::CachingFileSystem::Reads::kCached);
-  ckptd::CheckpointStore store(&commit_fs, config.root);
-  // Restores and peers read the kept steps' data files from memory (memory_steps).
-  ckptd::MemoryTier memory_tier(config.memory_steps);
-  ckptd::MemoryTierFileSystem memory_fs(&restore_fs, &memory_tier);
-  ckptd::CheckpointStore read_store(
-      config.memory_steps > 0 ? static_cast<ckptd::FileSystem*>(&memory_fs) : &restore_fs, config.root);
-  if (config.memory_steps > 0) staging.SetReclaimer([&memory_tier] { return memory_tier.EvictOldest(); });
+  ckptd::StorageTiers tiers({.storage = claims->confined.get(),
+                             .root = config.root,
+                             .mode = config.storage,
+                             .read_once = config.read_once,
+                             .num_ranks = (*collective)->size(),
+                             .read_cache_bytes = static_cast<uint64_t>(config.read_cache_bytes),
+                             .read_cache_linger = config.read_cache_linger,
+                             .memory_steps = config.memory_steps,
+                             .peer_timeout = config.commit_timeout,
+                             .drain = claims->drain.get(),
+                             .drain_root = config.drain_to});
+  ckptd::MemoryTier* memory_tier = tiers.memory_tier();
+  if (memory_tier != nullptr) staging.SetReclaimer([memory_tier] { return memory_tier->EvictOldest(); });
   const uint32_t dir_mode =
       claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
-  std::optional<ckptd::CheckpointStore> drain_store;
   std::optional<ckptd::Drainer> drainer;
-  if (claims->drain != nullptr) {
-    drain_store.emplace(claims->drain.get(), config.drain_to);
-    drainer.emplace(&store, &*drain_store, dir_mode, config.drain_bandwidth);
+  if (tiers.drain_store() != nullptr) {
+    drainer.emplace(tiers.commit_store(), tiers.drain_store(), dir_mode, config.drain_bandwidth);
   }
   ckptd::Metrics metrics;
   ckptd::PeerTable peers;
-  ckptd::PeerDirectory peer_directory;
-  ckptd::PeerShardCopier shard_copier(&peer_directory);
-  ckptd::ServiceContext context{rank,
-                                (*collective)->size(),
-                                ckptd::wire::kVersion,
-                                static_cast<uint64_t>(config.max_index_bytes),
-                                config.max_tensors_per_request,
-                                config.max_request_bytes,
-                                config.max_trainers,
-                                "",
-                                config.storage == ckptd::Storage::kLocal,
-                                &peer_directory,
-                                config.commit_timeout,
-                                drain_store.has_value() ? &*drain_store : nullptr,
-                                claims->confined.get(),
-                                &read_cache,
-                                config.read_once};
-  if (!config.metrics_address.empty()) context.metrics = &metrics;
-  ckptd::CkptdService service(context, &registry, &read_store, &staging, &peers);
-  ckptd::PeerService peer_service(&peer_directory, &read_store, &registry, &commit_fs);
-  if (config.memory_steps > 0) service.set_memory_tier(&memory_tier);
+  ckptd::PeerShardCopier shard_copier(tiers.peer_directory());
+  ckptd::CkptdService service({.rank = rank,
+                               .num_ranks = (*collective)->size(),
+                               .version = ckptd::wire::kVersion,
+                               .max_index_bytes = static_cast<uint64_t>(config.max_index_bytes),
+                               .max_tensors_per_request = config.max_tensors_per_request,
+                               .max_request_bytes = config.max_request_bytes,
+                               .max_trainers = config.max_trainers,
+                               .metrics = config.metrics_address.empty() ? nullptr : &metrics},
+                              &registry, &tiers, &staging, &peers);
+  ckptd::PeerService peer_service(tiers.peer_directory(), tiers.read_store(), &registry,
+                                  tiers.commit_store()->fs());
   spdlog::info("device memory: {}", service.DeviceDescription());
   ckptd::Coordinator coordinator(
-      collective->get(), &registry, &store,
+      collective->get(), &registry, tiers.commit_store(),
       {.commit_timeout = config.commit_timeout,
        .version = ckptd::wire::kVersion,
        .keep_last = config.keep_last,
@@ -382,13 +364,13 @@ int main(int argc, char** argv) {
        .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
        .dir_mode = dir_mode,
        .storage = config.storage,
-       .drain_store = drain_store.has_value() ? &*drain_store : nullptr,
+       .drain_store = tiers.drain_store(),
        .drainer = drainer.has_value() ? &*drainer : nullptr,
        .drain_every_n_steps = config.drain_every_n_steps,
        .drain_keep_last = config.drain_keep_last,
-       .memory_tier = config.memory_steps > 0 ? &memory_tier : nullptr,
+       .memory_tier = memory_tier,
        .staging = &staging,
-       .metrics = context.metrics});
+       .metrics = config.metrics_address.empty() ? nullptr : &metrics});
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
@@ -401,8 +383,9 @@ int main(int argc, char** argv) {
     service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
     spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
   }
-  if (config.storage == ckptd::Storage::kLocal || config.read_once) {
-    if (absl::Status s = MeetPeers(config, rank, tcp_port, coordinator, peer_directory, &shard_copier);
+  if (tiers.NeedsPeers()) {
+    if (absl::Status s =
+            MeetPeers(config, rank, tcp_port, coordinator, *tiers.peer_directory(), &shard_copier);
         !s.ok())
       fatal(s);
   }

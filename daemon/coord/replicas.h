@@ -1,7 +1,7 @@
 // Replicas of data files on partner hosts (config `replicas`, local storage): where
 // each rank's data file is copied, and the interface through which the coordinator
 // copies a file from the rank that wrote it. Placement is a pure function; the copier
-// is implemented over the peer channel (service/peer.h) and called on the
+// is implemented over the peer channel (peer/peer.h) and called on the
 // coordinator's thread during a commit.
 #ifndef CKPTD_DAEMON_COORD_REPLICAS_H_
 #define CKPTD_DAEMON_COORD_REPLICAS_H_

@@ -135,4 +135,22 @@ absl::StatusOr<TrainerPayload> SavePayloadBuilder::Build(const v1::SaveHeader& h
   return payload;
 }
 
+absl::StatusOr<int64_t> CheckSaveSize(const std::vector<CheckedTensor>& tensors, int64_t max_request_bytes,
+                                      int64_t staging_limit) {
+  int64_t declared = 0;
+  for (const CheckedTensor& t : tensors) {
+    declared = t.bytes > INT64_MAX - declared ? INT64_MAX : declared + t.bytes;
+  }
+  if (declared > max_request_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tensors: ", declared, " declared bytes exceed limits.max_request_bytes (", max_request_bytes, ")"));
+  }
+  if (declared > staging_limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensors: ", declared, " declared bytes can never fit in staging.memory_limit (",
+                     staging_limit, ")"));
+  }
+  return declared;
+}
+
 }  // namespace ckptd

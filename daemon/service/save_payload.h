@@ -27,6 +27,11 @@
 
 namespace ckptd {
 
+// The bytes `tensors` declare; RESOURCE_EXHAUSTED past limits.max_request_bytes or
+// what staging can ever hold (`staging_limit`).
+absl::StatusOr<int64_t> CheckSaveSize(const std::vector<CheckedTensor>& tensors, int64_t max_request_bytes,
+                                      int64_t staging_limit);
+
 class SavePayloadBuilder {
  public:
   // `tensors` must outlive the builder. When staging memory is full, allocations wait

@@ -1,4 +1,4 @@
-#include "daemon/service/peer.h"
+#include "daemon/peer/peer.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,7 +1,7 @@
 // Credentials for the daemon's listeners: mutual TLS for TCP, and group lookup for
 // the local socket. Called once at start-up from main.
-#ifndef CKPTD_DAEMON_SERVICE_CREDENTIALS_H_
-#define CKPTD_DAEMON_SERVICE_CREDENTIALS_H_
+#ifndef CKPTD_DAEMON_PEER_CREDENTIALS_H_
+#define CKPTD_DAEMON_PEER_CREDENTIALS_H_
 
 #include <grpcpp/security/server_credentials.h>
 #include <sys/types.h>
@@ -37,4 +37,4 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& group);
 
 }  // namespace ckptd
 
-#endif  // CKPTD_DAEMON_SERVICE_CREDENTIALS_H_
+#endif  // CKPTD_DAEMON_PEER_CREDENTIALS_H_

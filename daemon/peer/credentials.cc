@@ -1,4 +1,4 @@
-#include "daemon/service/credentials.h"
+#include "daemon/peer/credentials.h"
 
 #include <grp.h>
 #include <grpcpp/security/server_credentials.h>

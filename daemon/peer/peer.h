@@ -8,8 +8,8 @@
 // host's data file as a remote file (ranged reads over gRPC, under the restore's
 // deadline); everything else goes to the local file system. The bytes are checked by
 // the entry checksums the bundle reader verifies, so a peer cannot pass off bad data.
-#ifndef CKPTD_DAEMON_SERVICE_PEER_H_
-#define CKPTD_DAEMON_SERVICE_PEER_H_
+#ifndef CKPTD_DAEMON_PEER_PEER_H_
+#define CKPTD_DAEMON_PEER_PEER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -29,7 +29,7 @@
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/read_cache.h"
-#include "daemon/service/credentials.h"
+#include "daemon/peer/credentials.h"
 #include "daemon/store/checkpoint_store.h"
 
 namespace ckptd {
@@ -172,4 +172,4 @@ class PeerFileSystem final : public FileSystemWrapper {
 
 }  // namespace ckptd
 
-#endif  // CKPTD_DAEMON_SERVICE_PEER_H_
+#endif  // CKPTD_DAEMON_PEER_PEER_H_

@@ -1,0 +1,139 @@
+// StorageTiers: where this daemon's checkpoint bytes live and how reads reach them,
+// built once at start-up from the config. It is the one place that stacks the
+// read-side tiers into file systems, in this order from the top:
+//
+//   peers (PeerFileSystem)       other hosts' data files, through their daemons
+//                                 (storage: local, or read_once)
+//   memory tier                   data files of the last memory_steps committed steps
+//   read cache (CachingFileSystem) blocks shared by this host's restores and peer reads
+//   storage                       the confined checkpoint root
+//
+// and, for a step the root cannot give whole, the drain (drain_to) beneath its own
+// read cache counter. Callers ask for a step's stack (ForStep, ForDrainedStep) and
+// never build these decorators themselves; a new tier is a new decorator added here.
+//
+// Owns the read cache, the memory tier, the peer directory and the stores over the
+// root and the drain. The accessors are thread-safe; the stores' file systems and the
+// peer directory are as thread-safe as documented on them. Every StepReads belongs to
+// one call on one thread (its files may be read by that call's reading threads).
+#ifndef CKPTD_DAEMON_TIERS_STORAGE_TIERS_H_
+#define CKPTD_DAEMON_TIERS_STORAGE_TIERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/base/config.h"
+#include "daemon/coord/memory_tier.h"
+#include "daemon/io/file_system.h"
+#include "daemon/io/read_cache.h"
+#include "daemon/peer/peer.h"
+#include "daemon/store/checkpoint_store.h"
+
+namespace ckptd {
+
+struct StorageTiersOptions {
+  FileSystem* storage = nullptr;  // the checkpoint root's file system (not owned)
+  // The root's path.
+  std::string root{};
+  Storage mode = Storage::kShared;
+  bool read_once = false;
+  int num_ranks = 1;
+  // The read cache: bytes it may hold (0: none) and how long an unused block stays.
+  uint64_t read_cache_bytes = uint64_t{1} << 30;
+  absl::Duration read_cache_linger = absl::Seconds(30);
+  int memory_steps = 0;  // 0: no memory tier
+  // Reads of other hosts' files end within this (or the call's deadline).
+  absl::Duration peer_timeout = absl::Minutes(1);
+  // The drain root's file system (not owned) and path; null without drain_to.
+  FileSystem* drain = nullptr;
+  std::string drain_root{};
+};
+
+class StorageTiers {
+ public:
+  explicit StorageTiers(StorageTiersOptions options);
+  StorageTiers(const StorageTiers&) = delete;
+  StorageTiers& operator=(const StorageTiers&) = delete;
+
+  // The store a commit writes through: its renames and deletions make the read cache
+  // forget a step that is replaced or removed; its reads bypass the cache.
+  CheckpointStore* commit_store() { return &commit_store_; }
+  // The store that restores, listings and peer reads read committed steps through:
+  // the read cache, then (with memory_steps) the memory tier.
+  CheckpointStore* read_store() { return &read_store_; }
+  const CheckpointStore* read_store() const { return &read_store_; }
+  // The drain root (drain_to), or null.
+  const CheckpointStore* drain_store() const { return drain_store_ ? &*drain_store_ : nullptr; }
+  // memory_steps: the kept steps, or null without a memory tier.
+  MemoryTier* memory_tier() { return options_.memory_steps > 0 ? &memory_tier_ : nullptr; }
+  const MemoryTier* memory_tier() const { return options_.memory_steps > 0 ? &memory_tier_ : nullptr; }
+  ReadCache* read_cache() { return &read_cache_; }
+  const ReadCache* read_cache() const { return &read_cache_; }
+  // Where the other hosts' daemons listen (filled at start-up by MeetPeers).
+  PeerDirectory* peer_directory() { return &peer_directory_; }
+  Storage mode() const { return options_.mode; }
+  bool local_storage() const { return options_.mode == Storage::kLocal; }
+  // Whether the daemons need a peer channel: local disks, or read_once.
+  bool NeedsPeers() const { return local_storage() || options_.read_once; }
+  // Whether restores read other hosts' data files through their daemons (local
+  // storage, or read_once, once the peers are known); then those daemons read this
+  // host's files through this one.
+  bool ReadsThroughPeers() const;
+
+  // The file systems one read of a step goes through, built per call so that it
+  // counts its own bytes. Not copyable or movable: its decorators point at its counts.
+  class StepReads {
+   public:
+    StepReads() = default;
+    StepReads(const StepReads&) = delete;
+    StepReads& operator=(const StepReads&) = delete;
+    FileSystem* fs() const { return top_; }
+    // Whether other hosts' files come through their daemons.
+    bool through_peers() const { return peers_.has_value(); }
+    uint64_t storage_bytes() const { return counts_.storage_bytes.load(); }
+    uint64_t peer_bytes() const { return counts_.peer_bytes.load(); }
+    // Declares the stored ranges this read will take, so the read cache keeps blocks
+    // another declared reader wants (see ReadCache::Declare). Once, before reading.
+    void Declare(ReadCache* cache, std::vector<ReadCache::Range> ranges) {
+      interest_ = cache->Declare(std::move(ranges));
+    }
+
+   private:
+    friend class StorageTiers;
+    ReadCounts counts_;
+    // Outlives cached_, whose files point at it.
+    ReadCache::Interest interest_;
+    std::optional<CachingFileSystem> cached_;
+    std::optional<MemoryTierFileSystem> memory_;
+    std::optional<PeerFileSystem> peers_;
+    FileSystem* top_ = nullptr;
+  };
+  // The stack for reading committed `step` of `run` from the root (within `deadline`).
+  // With `keep_all`, the read cache keeps every block read; otherwise only those
+  // another declared reader wants.
+  std::unique_ptr<StepReads> ForStep(const std::string& run, int64_t step, absl::Time deadline,
+                                     bool keep_all) const;
+  // The stack for reading a step from the drain, which is whole in one directory:
+  // counted, not cached (the cache follows the root's renames only).
+  std::unique_ptr<StepReads> ForDrainedStep() const;
+
+ private:
+  StorageTiersOptions options_;
+  mutable ReadCache read_cache_;
+  MemoryTier memory_tier_;  // holds nothing with memory_steps 0
+  CachingFileSystem commit_fs_;
+  CachingFileSystem restore_fs_;
+  MemoryTierFileSystem memory_fs_;
+  CheckpointStore commit_store_;
+  CheckpointStore read_store_;
+  std::optional<CheckpointStore> drain_store_;
+  mutable PeerDirectory peer_directory_;
+};
+
+}  // namespace ckptd
+
+#endif  // CKPTD_DAEMON_TIERS_STORAGE_TIERS_H_

@@ -2,10 +2,11 @@
 // the flags. Each prints its result (text or, with as_json, one JSON document) and
 // returns an ExitCode (cli.h).
 //
-// Offline commands (offline_commands.cc) read checkpoint files directly through the
-// format library and work on any TensorFlow V2 checkpoint. Online commands
-// (online_commands.cc) talk to a running daemon through the client library only, so
-// they work wherever the daemon is reachable, whether or not its files are visible.
+// Offline commands (one file each: ls_command.cc, inspect_command.cc, ...) read
+// checkpoint files directly through the format library and work on any TensorFlow V2
+// checkpoint. Online commands (online_commands.cc) talk to a running daemon through
+// the client library only, so they work wherever the daemon is reachable, whether or
+// not its files are visible.
 #ifndef CKPTD_CLIENT_CKPTCTL_COMMANDS_H_
 #define CKPTD_CLIENT_CKPTCTL_COMMANDS_H_
 
@@ -21,35 +22,39 @@
 
 namespace ckptctl {
 
-// Offline commands read checkpoint files through `fs` from now on (default: this
-// machine's file system); ckptctl passes a daemon's (DaemonFileSystem) for --address.
-void ReadCheckpointsThrough(ckptd::FileSystem* fs);
+// What the offline commands read checkpoint files through: this machine's file
+// system, or a daemon's (DaemonFileSystem) for --address. Files a command writes
+// (export's) are always this machine's.
+struct Context {
+  ckptd::FileSystem* checkpoints = ckptd::PosixFileSystem();
+};
 
-// The checkpoint `arg` names (see below), opened through ReadCheckpointsThrough's
-// file system; *prefix_out: its bundle prefix.
-absl::StatusOr<std::unique_ptr<ckptd::BundleReader>> OpenCheckpoint(const std::string& arg,
+// The checkpoint `arg` names (see below), opened through ctx.checkpoints;
+// *prefix_out: its bundle prefix.
+absl::StatusOr<std::unique_ptr<ckptd::BundleReader>> OpenCheckpoint(const Context& ctx,
+                                                                    const std::string& arg,
                                                                     std::string* prefix_out);
 
 // `checkpoint` arguments accept a bundle prefix, a step directory, a run directory
 // (its newest step) or a directory holding exactly one PREFIX.index.
 // show_orphans: also the temp and half-deleted step directories a crash left.
-int Ls(const std::string& run_dir, bool as_json, bool show_orphans = false);
+int Ls(const Context& ctx, const std::string& run_dir, bool as_json, bool show_orphans = false);
 struct InspectOptions {
   std::string values{};  // print this tensor's elements instead of the listing
   bool stats = false;    // min, max, mean, NaN and infinity counts of every numeric tensor
 };
-int Inspect(const std::string& checkpoint, const std::string& pattern, bool as_json,
+int Inspect(const Context& ctx, const std::string& checkpoint, const std::string& pattern, bool as_json,
             const InspectOptions& options = {});
-int Verify(const std::string& checkpoint, bool as_json, bool quiet);
+int Verify(const Context& ctx, const std::string& checkpoint, bool as_json, bool quiet);
 // Every committed step of a run directory; exit 1 if any has a problem.
-int VerifyAll(const std::string& run_dir, bool as_json, bool quiet);
+int VerifyAll(const Context& ctx, const std::string& run_dir, bool as_json, bool quiet);
 // The newest committed step of a run directory (with `verified`, the newest whose
 // every checksum holds, naming the steps skipped); exit 1 when none verifies.
-int Latest(const std::string& run_dir, bool verified, bool as_json);
-// The same over (step, prefix) pairs, ascending, read through ReadCheckpointsThrough's
-// file system (a daemon's, for --address); `what` names them in messages.
-int Latest(const std::vector<std::pair<int64_t, std::string>>& steps, const std::string& what, bool verified,
-           bool as_json);
+int Latest(const Context& ctx, const std::string& run_dir, bool verified, bool as_json);
+// The same over (step, prefix) pairs, ascending, read through ctx.checkpoints
+//  (a daemon's, for --address); `what` names them in messages.
+int Latest(const Context& ctx, const std::vector<std::pair<int64_t, std::string>>& steps,
+           const std::string& what, bool verified, bool as_json);
 // (step, prefix) of each committed step of `run`, ascending, read through the
 // daemon (*client keeps the connection the prefixes need).
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
@@ -67,7 +72,7 @@ struct ExportOptions {
   bool quiet = false;  // no progress
 };
 // Each file is written whole (PATH.partial, renamed) or not at all.
-int Export(const std::string& checkpoint, const ExportOptions& options, bool as_json);
+int Export(const Context& ctx, const std::string& checkpoint, const ExportOptions& options, bool as_json);
 struct DiffOptions {
   // Either set: numbers compare as numpy.isclose(b, a, rtol, atol, equal_nan=True)
   // (the unset one is 0); neither: tensors must be equal byte for byte.
@@ -75,13 +80,14 @@ struct DiffOptions {
   std::optional<double> rtol{};
 };
 // Logical tensors: slicing does not matter, only dtype, shape and values.
-int Diff(const std::string& a, const std::string& b, const std::string& pattern, const DiffOptions& options,
-         bool as_json);
+int Diff(const Context& ctx, const std::string& a, const std::string& b, const std::string& pattern,
+         const DiffOptions& options, bool as_json);
 // A TF V2 checkpoint (prefix, step or run directory) or safetensors (a file, or a
 // directory with model.safetensors or model.safetensors.index.json and its shards)
 // becomes committed step `step` of the run directory <root>/<run> (storage: shared):
 // verified, written under a temp name, verified again, renamed. Never replaces a step.
-int Import(const std::string& src, const std::string& run_dir, int64_t step, bool quiet, bool as_json);
+int Import(const Context& ctx, const std::string& src, const std::string& run_dir, int64_t step, bool quiet,
+           bool as_json);
 int Gc(const std::string& run_dir, int keep_last, int keep_every, bool dry_run, bool quiet, bool as_json);
 
 // Connects (into *client) and names the step of `run` (nullopt: the newest committed)

@@ -240,7 +240,8 @@ absl::Status CopyBundle(ckptd::FileSystem* fs, const ckptd::BundleReader& source
 
 }  // namespace
 
-int Import(const std::string& src, const std::string& run_dir_arg, int64_t step, bool quiet, bool as_json) {
+int Import(const Context& ctx, const std::string& src, const std::string& run_dir_arg, int64_t step,
+           bool quiet, bool as_json) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   const absl::Time started = absl::Now();
   std::string run_dir = run_dir_arg;
@@ -266,7 +267,7 @@ int Import(const std::string& src, const std::string& run_dir_arg, int64_t step,
     files = std::move(*listed);
   } else {
     std::string prefix;
-    auto reader = OpenCheckpoint(src, &prefix);
+    auto reader = OpenCheckpoint(ctx, src, &prefix);
     if (!reader.ok()) return Error(reader.status());
     source = std::move(*reader);
     std::vector<std::string> problems;

@@ -1,5 +1,6 @@
 // ckptctl: the operator's tool. This file only declares the command line; each
-// subcommand lives in offline_commands.cc or online_commands.cc.
+// offline subcommand lives in a file of its own (ls_command.cc, ...), the online ones
+// in online_commands.cc.
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
@@ -158,9 +159,10 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : app.get_subcommands({})) sub->footer(ckptctl::kExitCodes);
   app.set_version_flag("--version", ckptd::wire::kVersion);
   if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptctl")) return *ended;
+  ckptctl::Context ctx;
   if (ls->parsed()) {
     return ls->count("--address") > 0 ? ckptctl::LsThroughDaemon(daemon, target, as_json)
-                                      : ckptctl::Ls(target, as_json, show_orphans);
+                                      : ckptctl::Ls(ctx, target, as_json, show_orphans);
   }
   // inspect, verify and export read through a daemon when given its address.
   std::unique_ptr<ckptd::Client> client;
@@ -171,30 +173,30 @@ int main(int argc, char** argv) {
         daemon, target, step >= 0 ? std::optional<int64_t>(step) : std::nullopt, &client);
     if (!prefix.ok()) return ckptctl::Error(prefix.status());
     through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
-    ckptctl::ReadCheckpointsThrough(through_daemon.get());
+    ctx.checkpoints = through_daemon.get();
     target = *prefix;
   }
   // Offline, --step picks a step of a run directory.
   for (CLI::App* sub : {inspect, verify, exporter}) {
     if (sub->parsed() && through_daemon == nullptr && step >= 0) target = ckptctl::StepOf(target, step);
   }
-  if (inspect->parsed()) return ckptctl::Inspect(target, pattern, as_json, inspect_options);
+  if (inspect->parsed()) return ckptctl::Inspect(ctx, target, pattern, as_json, inspect_options);
   if (verify->parsed() && all_steps) {
     if (step >= 0 || through_daemon != nullptr) {
       return ckptctl::Error(
           absl::InvalidArgumentError("verify --all takes a run directory, without --step or --address"));
     }
-    return ckptctl::VerifyAll(target, as_json, quiet);
+    return ckptctl::VerifyAll(ctx, target, as_json, quiet);
   }
-  if (verify->parsed()) return ckptctl::Verify(target, as_json, quiet);
+  if (verify->parsed()) return ckptctl::Verify(ctx, target, as_json, quiet);
   if (latest->parsed() && latest->count("--address") > 0) {
     auto steps = ckptctl::DaemonSteps(daemon, target, &client);
     if (!steps.ok()) return ckptctl::Error(steps.status());
     through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
-    ckptctl::ReadCheckpointsThrough(through_daemon.get());
-    return ckptctl::Latest(*steps, absl::StrCat("run '", target, "'"), verified, as_json);
+    ctx.checkpoints = through_daemon.get();
+    return ckptctl::Latest(ctx, *steps, absl::StrCat("run '", target, "'"), verified, as_json);
   }
-  if (latest->parsed()) return ckptctl::Latest(target, verified, as_json);
+  if (latest->parsed()) return ckptctl::Latest(ctx, target, verified, as_json);
   if (exporter->parsed()) {
     absl::StatusOr<int64_t> max_shard = ckptd::ParseByteRate(max_shard_text);
     if (!max_shard.ok() || *max_shard <= 0 || absl::EndsWith(max_shard_text, "/s")) {
@@ -205,10 +207,10 @@ int main(int argc, char** argv) {
     export_options.out_dir = out_dir;
     export_options.pattern = pattern;
     export_options.max_shard_bytes = *max_shard;
-    return ckptctl::Export(target, export_options, as_json);
+    return ckptctl::Export(ctx, target, export_options, as_json);
   }
-  if (importer->parsed()) return ckptctl::Import(target, second, step, quiet, as_json);
-  if (diff->parsed()) return ckptctl::Diff(target, second, pattern, diff_options, as_json);
+  if (importer->parsed()) return ckptctl::Import(ctx, target, second, step, quiet, as_json);
+  if (diff->parsed()) return ckptctl::Diff(ctx, target, second, pattern, diff_options, as_json);
   if (gc->parsed()) return ckptctl::Gc(target, keep_last, keep_every, dry_run, quiet, as_json);
   if (status->parsed()) return ckptctl::Status(daemon, as_json);
   if (wait->parsed()) {

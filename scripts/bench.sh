@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ckptd's benchmark: ckptd against the machine's own limits, measured in one run.
-#   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--no-metadata] [--binaries DIR]
+#   scripts/bench.sh [--size GiB] [--dir DIR] [--json FILE] [--inputs-json FILE] [--no-metadata] [--binaries DIR]
 #                    [--repeat N] [--peers] [--hosts N] [--no-huge-pages]
 # Starts 2 daemons and 4 trainers under mpirun with checkpoints in a temp directory
 # under DIR (default /var/tmp, so the same file system as the baselines), and measures:
@@ -50,17 +50,20 @@
 #              and local storage with read_once off and no read cache (the read
 #              amplification before read_once).
 #              Every host's "disk" is a directory on this machine's disk.
-# Prints a table; --json FILE writes one object with every number and ratio.
+# Prints a table (scripts/bench_report.py); --json FILE writes one object with every
+# number and ratio; --inputs-json FILE keeps what the report was made from
+# (bench_report.py report FILE prints it again).
 # --binaries DIR uses ckptd and ckptd-bench from DIR as they are (no install, no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" METADATA=1 BIN="" HOSTS=0 REPEAT=1 PEERS=0 HUGE=1
+SIZE_GIB=2 DIR=/var/tmp JSON_OUT="" INPUTS_OUT="" METADATA=1 BIN="" HOSTS=0 REPEAT=1 PEERS=0 HUGE=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE_GIB="$2"; shift 2 ;;
     --dir) DIR="$2"; shift 2 ;;
     --json) JSON_OUT="$2"; shift 2 ;;
+    --inputs-json) INPUTS_OUT="$2"; shift 2 ;;
     --no-metadata) METADATA=0; shift ;;
     --binaries) BIN="$2"; shift 2 ;;
     --hosts) HOSTS="$2"; shift 2 ;;
@@ -78,7 +81,8 @@ if [ "$HOSTS" != 0 ]; then
     { echo "bench.sh: --hosts takes 2 to 8" >&2; exit 2; }
   [ "$(id -u)" = 0 ] || { echo "bench.sh: --hosts needs root (network and mount namespaces)" >&2; exit 2; }
 fi
-BYTES=$(/usr/bin/python3 -c "print(int(float('$SIZE_GIB') * (1 << 30)))")
+REPORT=(/usr/bin/python3 scripts/bench_report.py)
+BYTES=$("${REPORT[@]}" gib "$SIZE_GIB")
 # At most one root of 5 steps is on disk at a time, beside one baseline file: refuse
 # up front (before any build) rather than fail with ENOSPC minutes into the run.
 NEED_KIB=$(( BYTES / 1024 * 6 + (1 << 20) ))
@@ -132,7 +136,7 @@ QUICK=()
 [ "$BYTES" -lt $((1 << 30)) ] && QUICK=(--quick)  # the smoke run: fewer configurations
 if CEILING=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" "${QUICK[@]}"); then
   RAW_TOOL=fio
-  BASE=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); j.update(json.loads(sys.argv[2])); print(json.dumps(j))" "$BASE" "$CEILING")
+  BASE=$("${REPORT[@]}" merge "$BASE" "$CEILING")
 fi
 
 # Huge pages for the trainers' segments (after the ceiling sweep, which reserves and
@@ -160,7 +164,7 @@ echo "== trainer segments: up to $SEGMENT_HUGE_PAGES huge pages" >&2
 # (it throttles after bursts), so each run's save is also held to a write beside it.
 WRITE_CONFIG=""
 [ "$RAW_TOOL" = fio ] &&
-  WRITE_CONFIG=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["raw_write_config"])' "$BASE")
+  WRITE_CONFIG=$("${REPORT[@]}" get "$BASE" raw_write_config)
 RUNS=()
 for RUN in $(seq "$REPEAT"); do
   echo "== ckptd: 2 daemons, 4 trainers (run $RUN of $REPEAT)" >&2
@@ -174,25 +178,10 @@ for RUN in $(seq "$REPEAT"); do
     BESIDE=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" --write-only "$WRITE_CONFIG")
   RUN_JSON=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
     cat "$WORK/daemons.log" >&2; exit 1; }
-  RUNS+=("$(/usr/bin/python3 -c '
-import json, sys
-run, beside = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-if beside:
-    run["raw_write_beside_gbps"] = beside["raw_write_gbps"]
-    run["raw_write_beside_fsync_s"] = beside["raw_write_fsync_s"]
-    run["save_vs_raw_write_beside"] = run["save_gbps"] / beside["raw_write_gbps"]
-print(json.dumps(run))' "$RUN_JSON" "$BESIDE")")
+  RUNS+=("$("${REPORT[@]}" beside "$RUN_JSON" "$BESIDE")")
 done
 # Each figure is the median of the runs; the runs themselves go into the JSON.
-CKPTD=$(/usr/bin/python3 -c '
-import json, statistics, sys
-runs = [json.loads(a) for a in sys.argv[1:]]
-out = dict(runs[-1])
-for key, value in runs[-1].items():
-    if isinstance(value, float):
-        out[key] = statistics.median(r[key] for r in runs)
-out["runs"] = runs
-print(json.dumps(out))' "${RUNS[@]}")
+CKPTD=$("${REPORT[@]}" median "${RUNS[@]}")
 META="[]"
 if [ "$METADATA" = 1 ]; then
   echo "== metadata: 1,000 / 10,000 / 100,000 tensors of 1 KiB" >&2
@@ -310,184 +299,11 @@ if [ "$HOSTS" != 0 ]; then
   MULTI="${MULTI%,}}"
 fi
 
-/usr/bin/python3 - "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$JSON_OUT" "$MULTI" "$HOSTS" "$MEMORY" "$PEER" "$GRPC" "$SEGMENT_HUGE_PAGES" <<'EOF'
-import json, sys
-base, ckptd, meta = (json.loads(a) for a in sys.argv[1:4])
-tool, out_path = sys.argv[4], sys.argv[5]
-multi, hosts = json.loads(sys.argv[6]), int(sys.argv[7])
-memory = json.loads(sys.argv[8])
-peers = json.loads(sys.argv[9])
-grpc = json.loads(sys.argv[10])
-r = dict(base, **ckptd)
-gb = r["bytes"] / 1e9
-r["memcpy_s"] = gb / r["memcpy_gbps"]
-r["stall_vs_memcpy"] = r["stall_s"] / r["memcpy_s"]
-r["save_vs_raw_write"] = r["save_gbps"] / r["raw_write_gbps"]
-r["restore_vs_raw_read"] = r["restore_gbps"] / r["raw_read_gbps"]
-r["reshard_restore_vs_raw_read"] = r["reshard_restore_gbps"] / r["raw_read_gbps"]
-r["grpc_save_vs_shm_save"] = r["grpc_save_gbps"] / r["save_gbps"]
-r["raw_tool"] = tool
-r["segment_huge_pages"] = int(sys.argv[11])
-r["metadata"] = meta
-by_n = {m["tensors"]: m["total_s"] for m in meta}
-if 10000 in by_n and 100000 in by_n:
-    r["metadata_100k_vs_10k"] = by_n[100000] / by_n[10000]
-
-def row(what, value, unit, baseline="", ratio=None, target=""):
-    ratio_text = f"{ratio:.2f}x" if ratio is not None else ""
-    print(f"| {what:<34} | {value:>8.3f} {unit:<4} | {baseline:<28} | {ratio_text:>6} | {target:<9} |")
-
-segments = (f"trainer segments in huge pages (up to {r['segment_huge_pages']} of 2 MiB, on demand)"
-            if r["segment_huge_pages"] else "trainer segments in ordinary pages")
-print(f"\nckptd benchmark: {gb:.2f} GB, {r['trainers']} trainers, {r['daemons']} daemons; baselines by {tool}; "
-      f"{segments}\n")
-print("| measurement                        |         value | baseline (same run)          |  ratio | target    |")
-print("|------------------------------------|---------------|------------------------------|--------|-----------|")
-row("raw write + fdatasync (ceiling)", r["raw_write_gbps"], "GB/s", r.get("raw_write_config", "ckptd-bench, qd1 x2 files"))
-row("raw O_DIRECT read (ceiling, cold)", r["raw_read_gbps"], "GB/s", r.get("raw_read_config", "ckptd-bench, qd1 x2 files"))
-row("memcpy, same bytes", r["memcpy_s"], "s", f"{r['memcpy_gbps']:.1f} GB/s")
-row("memcpy into first-touch memory", r["first_touch_memcpy_s"], "s", f"{r['first_touch_memcpy_gbps']:.1f} GB/s")
-row("trainer stall (warm, shm)", r["stall_s"], "s", "memcpy time", r["stall_vs_memcpy"], "<= 1.5x")
-r["first_stall_vs_first_touch"] = r["cold_stall_s"] / r["first_touch_memcpy_s"]
-row("trainer stall (first save)", r["cold_stall_s"], "s", "first-touch memcpy", r["first_stall_vs_first_touch"], "<= 2x")
-row("save to durable (shm)", r["save_gbps"], "GB/s", "raw write", r["save_vs_raw_write"], ">= 0.9x")
-if "save_vs_raw_write_beside" in r:
-    row("  raw write beside each run", r["raw_write_beside_gbps"], "GB/s", "same config, before the run")
-    row("  save vs the write beside it", r["save_gbps"], "GB/s", "median of per-run ratios",
-        r["save_vs_raw_write_beside"], ">= 0.9x")
-row("save to durable (gRPC stream)", r["grpc_save_gbps"], "GB/s", "save over shm", r["grpc_save_vs_shm_save"])
-row("restore (same cut, cold)", r["restore_gbps"], "GB/s", "raw read", r["restore_vs_raw_read"], ">= 0.9x")
-row("restore (first: segment faults)", r["cold_restore_gbps"], "GB/s", "raw read", r["cold_restore_gbps"] / r["raw_read_gbps"])
-row("resharded restore (row halves)", r["reshard_restore_gbps"], "GB/s", "raw read", r["reshard_restore_vs_raw_read"], ">= 0.75x")
-row("resharded (first: segment faults)", r["cold_reshard_restore_gbps"], "GB/s", "raw read", r["cold_reshard_restore_gbps"] / r["raw_read_gbps"])
-r["memory_tier_restore_gbps"] = memory["restore_gbps"]
-r["memory_tier_restore_vs_memcpy"] = memory["restore_gbps"] / r["memcpy_gbps"]
-row("restore from memory (memory_steps)", memory["restore_gbps"], "GB/s", "memcpy", r["memory_tier_restore_vs_memcpy"])
-row("  the same restore from disk", r["restore_gbps"], "GB/s", "memory tier", r["restore_gbps"] / memory["restore_gbps"])
-# Into the client's HostBuffers the daemon copies each kept entry straight into the
-# trainer's tensor: one copy, as a memcpy makes. The first restore into a buffer also
-# pays the daemon's first access through its new mapping of it.
-r["memory_tier_host_buffer_restore_gbps"] = memory["host_buffer_restore_gbps"]
-r["memory_tier_host_buffer_restore_vs_memcpy"] = memory["host_buffer_restore_gbps"] / r["memcpy_gbps"]
-row("  into HostBuffers", memory["host_buffer_restore_gbps"], "GB/s", "memcpy",
-    r["memory_tier_host_buffer_restore_vs_memcpy"], ">= 1x")
-r["memory_tier_first_host_buffer_restore_vs_first_touch"] = (
-    memory["cold_host_buffer_restore_gbps"] / r["first_touch_memcpy_gbps"])
-row("  into HostBuffers, first", memory["cold_host_buffer_restore_gbps"], "GB/s", "first-touch memcpy",
-    r["memory_tier_first_host_buffer_restore_vs_first_touch"])
-r["grpc"] = grpc
-r["stream_save_vs_plain_grpc"] = grpc["stream_save_vs_plain_grpc"]
-r["stream_restore_vs_plain_grpc"] = grpc["stream_restore_vs_plain_grpc"]
-row("plain gRPC send (unix socket)", grpc["plain_grpc_send_gbps"], "GB/s", f"{grpc['bytes'] / 1e9:.2f} GB, 1 stream")
-row("plain gRPC receive", grpc["plain_grpc_receive_gbps"], "GB/s", "")
-row("Save over the gRPC stream", grpc["stream_save_gbps"], "GB/s", "plain gRPC send",
-    grpc["stream_save_vs_plain_grpc"], ">= 0.8x")
-row("Restore over the stream (memory)", grpc["stream_restore_gbps"], "GB/s", "plain gRPC receive",
-    grpc["stream_restore_vs_plain_grpc"], ">= 0.8x")
-for m in meta:
-    row(f"{m['tensors']:,} x 1 KiB: save+commit+restore", m["total_s"], "s",
-        f"save {m['save_s']:.2f} commit {m['commit_s']:.2f} restore {m['restore_s']:.2f}")
-if "metadata_100k_vs_10k" in r:
-    print(f"\n100,000 tensors cost {r['metadata_100k_vs_10k']:.1f}x what 10,000 cost (target <= 10x)")
-
-# Bytes read from storage beside bytes delivered, for every restore figure: a restore
-# that delivers each stored byte to several trainers reads it once.
-print(f"\nrestores: bytes read from storage and delivered (page cache dropped before each: "
-      f"{'yes' if r.get('page_cache_dropped') else 'no, not permitted'})\n")
-print("| restore                        | read (GB) | delivered (GB) | read amplification | read GB/s | delivered GB/s |")
-print("|--------------------------------|-----------|----------------|--------------------|-----------|----------------|")
-delivered_x = {"cold_restore": 1, "restore": 1, "cold_reshard_restore": 2, "reshard_restore": 2,
-               "dp_restore": r["trainers"]}
-gbps_key = {"cold_restore": "cold_restore_gbps", "restore": "restore_gbps",
-            "cold_reshard_restore": "cold_reshard_restore_gbps", "reshard_restore": "reshard_restore_gbps",
-            "dp_restore": "dp_restore_gbps"}
-r["restores"] = {}
-for phase, times in delivered_x.items():
-    delivered = times * r["bytes"]
-    read = r["storage_bytes"][phase]
-    seconds = delivered / 1e9 / r[gbps_key[phase]]
-    r["restores"][phase] = {"read_bytes": read, "delivered_bytes": delivered, "seconds": seconds,
-                            "read_amplification": read / r["bytes"], "read_gbps": read / 1e9 / seconds,
-                            "delivered_gbps": delivered / 1e9 / seconds}
-    x = r["restores"][phase]
-    print(f"| {phase:<30} | {read / 1e9:9.3f} | {delivered / 1e9:14.3f} | {x['read_amplification']:18.2f} | "
-          f"{x['read_gbps']:9.3f} | {x['delivered_gbps']:14.3f} |")
-if peers:
-    r["peers"] = peers
-    print(f"\npeers on the same bytes, {r['daemons']} ranks, page cache dropped before each load "
-          f"(median of {len(r.get('runs', [])) or 1}; ratio = ckptd / peer)\n")
-    print("| peer                 | save GB/s | ckptd save / peer | load GB/s | ckptd restore / peer |")
-    print("|----------------------|-----------|-------------------|-----------|----------------------|")
-    names = {"dcp": "PyTorch DCP", "hdf5": "parallel HDF5"}
-    for key, peer in peers.items():
-        if "error" in peer:
-            print(f"| {names.get(key, key):<20} | could not run: {peer['error'][:120]}")
-            continue
-        peer["ckptd_save_ratio"] = r["save_gbps"] / peer["save_gbps"]
-        peer["ckptd_restore_ratio"] = r["restore_gbps"] / peer["load_gbps"]
-        print(f"| {names.get(key, key):<20} | {peer['save_gbps']:9.3f} | {peer['ckptd_save_ratio']:16.2f}x | "
-              f"{peer['load_gbps']:9.3f} | {peer['ckptd_restore_ratio']:19.2f}x |")
-    loads = [p["load_gbps"] for p in peers.values() if "error" not in p]
-    if loads:
-        r["restore_vs_fastest_peer"] = r["restore_gbps"] / max(loads)
-        print(f"\ncold same-cut restore is {r['restore_vs_fastest_peer']:.2f}x the faster peer's cold load "
-              f"(target >= 1.5x)")
-if multi:
-    r["hosts"] = {"count": hosts, **multi}
-    def mb(n):
-        return f"{n / 1e6:8.1f}"
-    print(f"\n{hosts} simulated hosts, 1 daemon and 2 trainers each, beside this machine's "
-          f"{r['daemons']} daemons and {r['trainers']} trainers (GB/s; ratio to the single machine)\n")
-    modes = ("shared", "local", "replicas")
-    print("| measurement                    | one machine |     shared       |      local       | local, 1 replica |")
-    print("|--------------------------------|-------------|------------------|------------------|------------------|")
-    def cells(key):
-        return " | ".join(f"{multi[m][key]:7.3f} {multi[m][key] / r[key]:5.2f}x  " for m in modes)
-    for what, key in [("save to durable (shm)", "save_gbps"), ("save to durable (gRPC)", "grpc_save_gbps"),
-                      ("restore (same cut)", "restore_gbps"),
-                      ("resharded restore (row halves)", "reshard_restore_gbps")]:
-        print(f"| {what:<30} | {r[key]:11.3f} | {cells(key)} |")
-    lost = multi["replicas_host1_lost"]
-    for what, key in [("restore, host 1's file lost", "restore_gbps"),
-                      ("resharded, host 1's file lost", "reshard_restore_gbps")]:
-        print(f"| {what:<30} | {r[key]:11.3f} | {'':16} | {'':16} | {lost[key]:7.3f} {lost[key] / r[key]:5.2f}x   |")
-    # Read amplification: bytes the daemons read from storage over the step's bytes
-    # (every restore needs the whole step across the job).
-    print(f"\nread amplification (bytes read from storage / the step's bytes; goal 1.0) and GB/s delivered\n")
-    print("| restore                        | one machine |  shared  |  local   | 1 replica | local, read_once off, no cache |")
-    print("|--------------------------------|-------------|----------|----------|-----------|--------------------------------|")
-    amp_modes = ("shared", "local", "replicas", "each")
-    for what, phase, key in [("same cut", "restore", "restore_gbps"),
-                             ("resharded (row halves)", "reshard_restore", "reshard_restore_gbps"),
-                             ("data-parallel (all want all)", "dp_restore", "dp_restore_gbps")]:
-        amp = lambda run: run["storage_bytes"][phase] / run["bytes"]
-        for m in ("single",) + amp_modes:
-            run = r if m == "single" else multi[m]
-            r.setdefault("read_amplification", {}).setdefault(m, {})[phase] = amp(run)
-        cells = " | ".join(f"{amp(multi[m]):8.2f}" for m in amp_modes[:3])
-        print(f"| {what + ' (x)':<30} | {amp(r):11.2f} | {cells} | {amp(multi['each']):30.2f} |")
-        cells = " | ".join(f"{multi[m][key]:8.3f}" for m in amp_modes[:3])
-        print(f"| {'  GB/s delivered':<30} | {r[key]:11.3f} | {cells} | {multi['each'][key]:30.3f} |")
-    r["dp_read_amplification"] = r["read_amplification"]["local"]["dp_restore"]
-    r["dp_read_amplification_before"] = r["read_amplification"]["each"]["dp_restore"]
-    r["replica_save_overhead"] = multi["local"]["save_gbps"] / multi["replicas"]["save_gbps"]
-    print(f"\nsave with 1 replica takes {r['replica_save_overhead']:.2f}x the time of local storage without")
-    drained = multi.get("drained")
-    if drained and drained["seconds"] > 0:
-        r["drain_gbps"] = drained["bytes"] / drained["seconds"] / 1e9
-        r["drain_vs_raw_write"] = r["drain_gbps"] / r["raw_write_gbps"]
-        print(f"drain of the last step to a shared directory, every host copying its share in the background: "
-              f"{drained['bytes'] / 1e9:.2f} GB in {drained['seconds']:.2f} s = {r['drain_gbps']:.3f} GB/s "
-              f"({r['drain_vs_raw_write']:.2f}x raw write)")
-    print(f"\nnetwork bytes per host per step (MB; the most any host received / sent on eth0)\n")
-    print("| phase                          |      shared received / sent |       local received / sent |  1 replica received / sent  |")
-    print("|--------------------------------|-----------------------------|-----------------------------|-----------------------------|")
-    for phase in ("save", "grpc_save", "restore", "reshard_restore", "dp_restore"):
-        cells = " | ".join(f"{mb(multi[m]['net_per_host'][phase]['received'])} / {mb(multi[m]['net_per_host'][phase]['sent'])}         "
-                           for m in modes)
-        print(f"| {phase:<30} | {cells} |")
-if out_path:
-    with open(out_path, "w") as f:
-        json.dump(r, f, indent=1)
-    print(f"wrote {out_path}")
-EOF
+# Everything measured, in one file; the report is made from it (and can be made again
+# from a copy: --inputs-json).
+printf '{"base": %s, "ckptd": %s, "metadata": %s, "raw_tool": "%s", "hosts": %s, "host_count": %s, ' \
+  "$BASE" "$CKPTD" "$META" "$RAW_TOOL" "$MULTI" "$HOSTS" > "$WORK/report-inputs.json"
+printf '"memory": %s, "peers": %s, "grpc": %s, "segment_huge_pages": %s}\n' \
+  "$MEMORY" "$PEER" "$GRPC" "$SEGMENT_HUGE_PAGES" >> "$WORK/report-inputs.json"
+[ -n "$INPUTS_OUT" ] && cp "$WORK/report-inputs.json" "$INPUTS_OUT"
+"${REPORT[@]}" report "$WORK/report-inputs.json" --json "$JSON_OUT"

@@ -25,6 +25,7 @@
 #include "daemon/base/logging.h"
 #include "daemon/base/status.h"
 #include "daemon/coord/collective.h"
+#include "daemon/coord/commit_metrics.h"
 #include "daemon/coord/coordinator.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/private_dir.h"
@@ -332,8 +333,6 @@ int main(int argc, char** argv) {
                              .peer_timeout = config.commit_timeout,
                              .drain = claims->drain.get(),
                              .drain_root = config.drain_to});
-  ckptd::MemoryTier* memory_tier = tiers.memory_tier();
-  if (memory_tier != nullptr) staging.SetReclaimer([memory_tier] { return memory_tier->EvictOldest(); });
   const uint32_t dir_mode =
       claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
   std::optional<ckptd::Drainer> drainer;
@@ -367,10 +366,10 @@ int main(int argc, char** argv) {
        .drain_store = tiers.drain_store(),
        .drainer = drainer.has_value() ? &*drainer : nullptr,
        .drain_every_n_steps = config.drain_every_n_steps,
-       .drain_keep_last = config.drain_keep_last,
-       .memory_tier = memory_tier,
-       .staging = &staging,
-       .metrics = config.metrics_address.empty() ? nullptr : &metrics});
+       .drain_keep_last = config.drain_keep_last});
+  for (ckptd::CommitObserver* observer : tiers.CommitObservers(&staging)) coordinator.AddObserver(observer);
+  ckptd::CommitMetrics commit_metrics(&metrics);
+  if (!config.metrics_address.empty()) coordinator.AddObserver(&commit_metrics);
   // Before any trainer can connect: a job whose roots do not match its storage mode
   // must not accept a single Save.
   if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);

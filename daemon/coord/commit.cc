@@ -75,7 +75,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   if (!plan.ok()) {
     spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step,
                  std::string(plan.status().message()));
-    CountStepFailure(key, plan.status());
+    NotifyConcluded({.key = key, .status = plan.status()});
     failed_here_.erase(key);
     registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), Everyone(trainer_count));
     return absl::OkStatus();
@@ -101,10 +101,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
     RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
     if (step.deadline_may_fail_it) mine = LocalStatus(key, mine);
     ASSIGN_OR_RETURN(attempt.agreed, Vote(Where(mine), attempt.deadline));
-    if (options_.metrics != nullptr) {
-      options_.metrics->Observe("ckptd_commit_phase_seconds", {{"phase", step.name}},
-                                absl::ToDoubleSeconds(absl::Now() - phase_started));
-    }
+    for (CommitObserver* observer : observers_) observer->OnPhase(step.name, absl::Now() - phase_started);
     if (!attempt.agreed.ok()) {
       // Whoever published takes the step back: on local roots some ranks may have
       // published when another could not.
@@ -213,8 +210,7 @@ absl::Status Coordinator::PrepareTempDir(const StepKey& key) {
 }
 
 absl::Status Coordinator::WritePhase(Attempt& attempt, absl::Status* mine) {
-  *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes,
-                          &attempt.kept);
+  *mine = WriteLocalShard(attempt.key, attempt.plan, attempt.payloads, &attempt.entries, &attempt.bytes);
   attempt.payloads.clear();  // staged memory goes back as soon as the bytes are on disk
   return absl::OkStatus();
 }
@@ -295,12 +291,16 @@ void Coordinator::Conclude(Attempt& attempt) {
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
-    if (options_.memory_tier != nullptr && !attempt.kept.empty()) {
-      options_.memory_tier->Keep(key,
-                                 DataPath(CheckpointStore::Prefix(store_->StepDir(key.run, key.step)),
-                                          collective_->rank(), collective_->size()),
-                                 static_cast<uint64_t>(attempt.bytes), std::move(attempt.kept));
-    }
+  }
+  NotifyConcluded({.key = key,
+                   .status = agreed,
+                   .bytes_written = agreed.ok() ? attempt.bytes : 0,
+                   .took = absl::Now() - attempt.started,
+                   .data_file = agreed.ok()
+                                    ? DataPath(CheckpointStore::Prefix(store_->StepDir(key.run, key.step)),
+                                               collective_->rank(), collective_->size())
+                                    : ""});
+  if (agreed.ok()) {
     if (Publishes()) {
       ApplyRetention(key);
       if (absl::Status s = store_->ClearLost(key.run, key.step); !s.ok()) {
@@ -311,25 +311,12 @@ void Coordinator::Conclude(Attempt& attempt) {
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
-  if (options_.metrics != nullptr) {
-    const Metrics::Labels run = {{"run", key.run}};
-    if (agreed.ok()) {
-      options_.metrics->Count("ckptd_commits_total", run);
-      options_.metrics->Count("ckptd_bytes_written_total", run, static_cast<double>(attempt.bytes));
-      options_.metrics->Observe("ckptd_commit_seconds", run,
-                                absl::ToDoubleSeconds(absl::Now() - attempt.started));
-    } else {
-      CountStepFailure(key, agreed);
-    }
-  }
   registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, absl::Now() - attempt.started,
                         Everyone(attempt.trainer_count));
 }
 
-void Coordinator::CountStepFailure(const StepKey& key, const absl::Status& failure) {
-  if (options_.metrics == nullptr) return;
-  options_.metrics->Count("ckptd_step_failures_total",
-                          {{"run", key.run}, {"code", absl::StatusCodeToString(failure.code())}});
+void Coordinator::NotifyConcluded(const StepOutcome& outcome) {
+  for (CommitObserver* observer : observers_) observer->OnConcluded(outcome);
 }
 
 absl::Status Coordinator::CheckPublishedHere(const StepKey& key, int64_t bytes_written) {
@@ -388,15 +375,13 @@ void Coordinator::ApplyRetention(const StepKey& key) {
     spdlog::warn("run '{}': retention: {}", key.run, std::string(removed.status().message()));
   } else if (!removed->empty()) {
     spdlog::info("run '{}': retention removed step(s) {}", key.run, absl::StrJoin(*removed, ","));
-    if (options_.memory_tier != nullptr) {
-      for (int64_t step : *removed) options_.memory_tier->Forget({key.run, step});
-    }
+    for (CommitObserver* observer : observers_) observer->OnRemoved(key.run, *removed);
   }
 }
 
 absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                           std::vector<TrainerPayload>& payloads, std::string* entries_out,
-                                          int64_t* bytes_out, std::vector<MemoryTier::Piece>* kept) {
+                                          int64_t* bytes_out) {
   const absl::Time started = absl::Now();
   const int rank = collective_->rank();
   // What this rank writes, in plan order; every other staged box (written by another
@@ -414,6 +399,8 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   for (TrainerPayload& p : payloads) {
     for (StagedTensor& t : p.tensors) staged.emplace(StagedKey{t.name, &t.box}, &t);
   }
+  const bool observers_take_buffers =
+      absl::c_any_of(observers_, [](const CommitObserver* o) { return o->TakesWrittenBuffers(); });
   std::vector<Job> jobs;
   std::vector<DataFileEntry> pieces;
   absl::flat_hash_set<const StagedTensor*> used;
@@ -431,7 +418,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
       pieces.push_back({.dtype = t.dtype,
                         .elements = b.box.NumElements(),
                         .bytes = absl::string_view(s->bytes.data(), static_cast<size_t>(s->bytes.size())),
-                        .done = [s, keep = options_.memory_tier != nullptr] {
+                        .done = [s, keep = observers_take_buffers] {
                           if (!keep) s->bytes = StagedBuffer();
                         }});
       used.insert(s);
@@ -451,31 +438,18 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
                                           collective_->size()),
                                  pieces, options_.checksum_threads, &file_bytes));
 
-  if (options_.memory_tier != nullptr && options_.staging != nullptr) {
-    // Bytes in a trainer's shared memory are copied: the trainer reuses its segment
-    // once the step commits. Each copy is checked against the checksum the file was
-    // written with (a trainer that wrote into its segment too early would otherwise
-    // leave the tier holding other bytes than the file), so that restores from the
-    // tier need not check again. A copy that finds no room in staging memory, or
-    // other bytes, leaves the step out of the tier (saves always come first).
+  if (observers_take_buffers) {
+    std::vector<WrittenBox> boxes;
+    boxes.reserve(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
-      StagedBuffer& bytes = jobs[i].staged->bytes;
-      if (bytes.borrowed()) {
-        absl::StatusOr<StagedBuffer> copy = options_.staging->Allocate(bytes.size());
-        if (copy.ok())
-          copy = MemoryTier::CheckedCopy(bytes, *std::move(copy), jobs[i].tensor->dtype,
-                                         jobs[i].box->box.NumElements(), written[i].crc32c);
-        if (!copy.ok()) {
-          spdlog::log(absl::IsDataLoss(copy.status()) ? spdlog::level::warn : spdlog::level::debug,
-                      "run '{}' step {} not kept in memory: '{}' {}", key.run, key.step, jobs[i].tensor->name,
-                      std::string(copy.status().message()));
-          kept->clear();
-          break;
-        }
-        bytes = *std::move(copy);
-      }
-      kept->push_back({.offset = static_cast<uint64_t>(written[i].offset), .bytes = std::move(bytes)});
+      boxes.push_back({.tensor = jobs[i].tensor->name,
+                       .dtype = jobs[i].tensor->dtype,
+                       .elements = jobs[i].box->box.NumElements(),
+                       .offset = static_cast<uint64_t>(written[i].offset),
+                       .crc32c = written[i].crc32c,
+                       .bytes = &jobs[i].staged->bytes});
     }
+    for (CommitObserver* observer : observers_) observer->OnWritten(key, boxes);
   }
   internal::WrittenEntries entries;
   for (size_t i = 0; i < jobs.size(); ++i) {

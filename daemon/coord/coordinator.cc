@@ -345,7 +345,7 @@ absl::StatusOr<bool> Coordinator::DecideSteps(const RoundTally& round, absl::Tim
     std::set<int> participants = tally.trainers;
     participants.insert(tally.told.begin(), tally.told.end());
     registry_->FinishStep(key, status, 0, absl::ZeroDuration(), participants);
-    CountStepFailure(key, status);
+    NotifyConcluded({.key = key, .status = status});
     spdlog::warn("{}", std::string(status.message()));
   };
   for (const auto& [key, tally] : round.steps) {

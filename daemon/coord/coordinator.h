@@ -17,9 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "daemon/base/config.h"
-#include "daemon/base/metrics.h"
 #include "daemon/coord/collective.h"
-#include "daemon/coord/memory_tier.h"
+#include "daemon/coord/commit_observer.h"
 #include "daemon/coord/replicas.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
@@ -55,12 +54,6 @@ struct CoordinatorOptions {
   Drainer* drainer = nullptr;
   int drain_every_n_steps = 0;
   int drain_keep_last = 0;
-  // memory_steps: where this rank keeps its data files of the last committed steps
-  // (null: none), and the staging area that copies of shared-memory bytes come from.
-  MemoryTier* memory_tier = nullptr;
-  StagingArea* staging = nullptr;
-  // Counts commits and failures and times commits and their phases; null: nothing.
-  Metrics* metrics = nullptr;
 };
 
 class Coordinator {
@@ -98,6 +91,9 @@ class Coordinator {
   // data file (PlaceReplicas), fetched through `copier`, which must outlive Run. Every
   // rank must be given the same copies. Call before Run.
   void SetReplicas(std::vector<std::vector<int>> copies, ShardCopier* copier);
+  // Commit-time work of a storage tier or of metrics (see CommitObserver), called in
+  // the order added. Call before Run; `observer` must outlive Run.
+  void AddObserver(CommitObserver* observer) { observers_.push_back(observer); }
 
  private:
   struct RoundTally;
@@ -128,12 +124,11 @@ class Coordinator {
   // Agrees on one status: OK if every rank's is OK, else the lowest failing rank's.
   absl::StatusOr<absl::Status> Vote(const absl::Status& mine, absl::Time deadline);
   // Writes this rank's boxes into its data file and syncs it; each box's staged
-  // memory is freed as soon as it is written and checksummed.
-  // With a memory tier, the written boxes' buffers go to *kept instead (copied out of
-  // trainers' shared memory, which they reuse once the step commits).
+  // memory is freed as soon as it is written and checksummed, unless an observer takes
+  // the written buffers (OnWritten, before they are freed).
   absl::Status WriteLocalShard(const StepKey& key, const SavePlan& plan,
                                std::vector<TrainerPayload>& payloads, std::string* entries_out,
-                               int64_t* bytes_out, std::vector<MemoryTier::Piece>* kept);
+                               int64_t* bytes_out);
   absl::Status Publish(const StepKey& key);
   // After rank 0 published: this rank sees the step directory, the index and its own
   // data file at the size it wrote.
@@ -186,11 +181,10 @@ class Coordinator {
     absl::Time deadline{};
     std::vector<TrainerPayload> payloads{};  // staged here; freed once written
     SavePlan plan{};
-    std::string entries{};                  // this rank's written entries (internal::WrittenEntries)
-    int64_t bytes = 0;                      // this rank's data file size
-    bool published_here = false;            // this rank renamed its temp directory into place
-    std::vector<MemoryTier::Piece> kept{};  // for the memory tier, once committed
-    absl::Status agreed{};                  // the last vote
+    std::string entries{};        // this rank's written entries (internal::WrittenEntries)
+    int64_t bytes = 0;            // this rank's data file size
+    bool published_here = false;  // this rank renamed its temp directory into place
+    absl::Status agreed{};        // the last vote
   };
   // Phases: a non-OK return means a collective failed (the job must be aborted);
   // *mine is this rank's own outcome, which the vote that follows combines.
@@ -215,8 +209,8 @@ class Coordinator {
   absl::Status WriteStepFiles(const StepKey& key, const internal::StepFiles& files);
   // Cleans up, logs, and tells the trainers the attempt's outcome.
   void Conclude(Attempt& attempt);
-  // ckptd_step_failures_total, when metrics are kept.
-  void CountStepFailure(const StepKey& key, const absl::Status& failure);
+  // Tells every observer how a step ended (see CommitObserver::OnConcluded).
+  void NotifyConcluded(const StepOutcome& outcome);
 
   Collective* collective_;
   StepRegistry* registry_;
@@ -226,6 +220,7 @@ class Coordinator {
   std::map<StepKey, absl::Status> failed_here_;   // steps a deadline failed on this rank
   std::vector<std::vector<int>> replica_copies_;  // see SetReplicas; empty = no replicas
   ShardCopier* copier_ = nullptr;
+  std::vector<CommitObserver*> observers_;                                    // see AddObserver
   std::map<StepKey, absl::Time> first_seen_;                                  // pending steps, since when
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
   std::set<std::string> cleaned_runs_;  // runs whose orphans this rank removed

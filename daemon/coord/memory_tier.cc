@@ -1,5 +1,7 @@
 #include "daemon/coord/memory_tier.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -153,6 +155,48 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemoryTierFileSystem::NewRando
     const std::string& path) {
   if (std::unique_ptr<RandomAccessFile> kept = tier_->Open(path); kept != nullptr) return kept;
   return target()->NewRandomAccessFile(path);
+}
+
+void MemoryTierObserver::OnWritten(const StepKey& key, absl::Span<const WrittenBox> boxes) {
+  // Bytes in a trainer's shared memory are copied: the trainer reuses its segment
+  // once the step commits. Each copy is checked against the checksum the file was
+  // written with (a trainer that wrote into its segment too early would otherwise
+  // leave the tier holding other bytes than the file), so that restores from the
+  // tier need not check again. A copy that finds no room in staging memory, or
+  // other bytes, leaves the step out of the tier (saves always come first).
+  std::vector<MemoryTier::Piece>& kept = written_[key];
+  kept.clear();
+  for (const WrittenBox& box : boxes) {
+    StagedBuffer& bytes = *box.bytes;
+    if (bytes.borrowed()) {
+      absl::StatusOr<StagedBuffer> copy = staging_->Allocate(bytes.size());
+      if (copy.ok())
+        copy = MemoryTier::CheckedCopy(bytes, *std::move(copy), box.dtype, box.elements, box.crc32c);
+      if (!copy.ok()) {
+        spdlog::log(absl::IsDataLoss(copy.status()) ? spdlog::level::warn : spdlog::level::debug,
+                    "run '{}' step {} not kept in memory: '{}' {}", key.run, key.step, box.tensor,
+                    std::string(copy.status().message()));
+        written_.erase(key);
+        return;
+      }
+      bytes = *std::move(copy);
+    }
+    kept.push_back({.offset = box.offset, .bytes = std::move(bytes)});
+  }
+}
+
+void MemoryTierObserver::OnConcluded(const StepOutcome& outcome) {
+  auto it = written_.find(outcome.key);
+  if (it == written_.end()) return;
+  if (outcome.status.ok() && !it->second.empty()) {
+    tier_->Keep(outcome.key, outcome.data_file, static_cast<uint64_t>(outcome.bytes_written),
+                std::move(it->second));
+  }
+  written_.erase(it);
+}
+
+void MemoryTierObserver::OnRemoved(const std::string& run, const std::vector<int64_t>& steps) {
+  for (int64_t step : steps) tier_->Forget({run, step});
 }
 
 }  // namespace ckptd

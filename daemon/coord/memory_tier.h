@@ -18,12 +18,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/coord/commit_observer.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/io/file_system.h"
 #include "daemon/staging/staging_area.h"
@@ -79,6 +81,24 @@ class MemoryTierFileSystem final : public FileSystemWrapper {
 
  private:
   const MemoryTier* tier_;
+};
+
+// Keeps each committed step's data file in `tier`: takes the buffers the file was
+// written from (copies of bytes that lived in a trainer's shared memory, which the
+// trainer reuses once the step commits, from `staging`), hands them to the tier once
+// the step commits, and forgets the steps retention removes. Coordinator thread only.
+class MemoryTierObserver final : public CommitObserver {
+ public:
+  MemoryTierObserver(MemoryTier* tier, StagingArea* staging) : tier_(tier), staging_(staging) {}
+  bool TakesWrittenBuffers() const override { return true; }
+  void OnWritten(const StepKey& key, absl::Span<const WrittenBox> boxes) override;
+  void OnConcluded(const StepOutcome& outcome) override;
+  void OnRemoved(const std::string& run, const std::vector<int64_t>& steps) override;
+
+ private:
+  MemoryTier* tier_;
+  StagingArea* staging_;
+  std::map<StepKey, std::vector<MemoryTier::Piece>> written_;  // until the step concludes
 };
 
 }  // namespace ckptd

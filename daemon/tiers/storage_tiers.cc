@@ -56,6 +56,15 @@ std::unique_ptr<StorageTiers::StepReads> StorageTiers::ForStep(const std::string
   return reads;
 }
 
+std::vector<CommitObserver*> StorageTiers::CommitObservers(StagingArea* staging) {
+  std::vector<CommitObserver*> observers;
+  if (options_.memory_steps > 0) {
+    staging->SetReclaimer([this] { return memory_tier_.EvictOldest(); });
+    observers.push_back(&memory_observer_.emplace(&memory_tier_, staging));
+  }
+  return observers;
+}
+
 std::unique_ptr<StorageTiers::StepReads> StorageTiers::ForDrainedStep() const {
   auto reads = std::make_unique<StepReads>();
   reads->top_ = &reads->cached_.emplace(drain_store_->fs(), &read_cache_, CachingFileSystem::Reads::kCounted,

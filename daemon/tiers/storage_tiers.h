@@ -27,10 +27,12 @@
 
 #include "absl/time/time.h"
 #include "daemon/base/config.h"
+#include "daemon/coord/commit_observer.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/read_cache.h"
 #include "daemon/peer/peer.h"
+#include "daemon/staging/staging_area.h"
 #include "daemon/store/checkpoint_store.h"
 
 namespace ckptd {
@@ -121,6 +123,12 @@ class StorageTiers {
   // counted, not cached (the cache follows the root's renames only).
   std::unique_ptr<StepReads> ForDrainedStep() const;
 
+  // The tiers' commit-time work, for the coordinator to call (Coordinator::
+  // AddObserver): with memory_steps, each committed step's data file kept in the
+  // memory tier (copies of bytes in trainers' shared memory come from `staging`,
+  // and a Save that needs the room evicts the oldest kept step). Call once, at start.
+  std::vector<CommitObserver*> CommitObservers(StagingArea* staging);
+
  private:
   StorageTiersOptions options_;
   mutable ReadCache read_cache_;
@@ -132,6 +140,7 @@ class StorageTiers {
   CheckpointStore read_store_;
   std::optional<CheckpointStore> drain_store_;
   mutable PeerDirectory peer_directory_;
+  std::optional<MemoryTierObserver> memory_observer_;
 };
 
 }  // namespace ckptd

@@ -259,14 +259,190 @@ void KeepFreedMemoryForReuse() {
   mallopt(M_ARENA_MAX, 1);
 }
 
-}  // namespace
+// A running daemon's parts, built in dependency order (the members' order) and torn
+// down in reverse. Everything here runs on the main thread, the MPI thread, which
+// ends up running the coordinator.
+class Daemon {
+ public:
+  Daemon(const ckptd::DaemonConfig& config, ckptd::Collective* collective, HostClaims* claims)
+      : config_(config),
+        rank_(collective->rank()),
+        collective_(collective),
+        claims_(claims),
+        staging_(config.staging_memory_limit),
+        tiers_(TiersOptions(config, *claims, collective->size())),
+        dir_mode_(claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode
+                                                              : ckptd::kGroupDirMode),
+        shard_copier_(tiers_.peer_directory()),
+        service_(ServiceOptions(config, rank_, collective->size(), &metrics_), &registry_, &tiers_, &staging_,
+                 &peers_),
+        peer_service_(tiers_.peer_directory(), tiers_.read_store(), &registry_, tiers_.commit_store()->fs()),
+        coordinator_(collective, &registry_, tiers_.commit_store(), CoordinatorOptionsFor(config)),
+        commit_metrics_(&metrics_) {}
 
-int main(int argc, char** argv) {
-  KeepFreedMemoryForReuse();
-  CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
+  // The start-up steps, in order; the first that fails says why, and the job must
+  // not start.
+  absl::Status Start() {
+    spdlog::info("device memory: {}", service_.DeviceDescription());
+    AttachCommitObservers();
+    // Before any trainer can connect: a job whose roots do not match its storage mode
+    // must not accept a single Save.
+    RETURN_IF_ERROR(coordinator_.CheckRoot());
+    RETURN_IF_ERROR(StartGrpc());
+    if (tiers_.NeedsPeers()) {
+      RETURN_IF_ERROR(
+          MeetPeers(config_, rank_, tcp_port_, coordinator_, *tiers_.peer_directory(), &shard_copier_));
+    }
+    // Before trainers connect on the local socket; with replicas the peers must already
+    // serve, since a host repairs what it lost from them.
+    RETURN_IF_ERROR(coordinator_.ReconcileLocalSteps());
+    RETURN_IF_ERROR(StartMetrics());
+    OpenToTrainers();
+    return absl::OkStatus();
+  }
+
+  // Runs the coordinator until every rank has seen a stop, then stops serving. The
+  // process's exit code; a failed coordination aborts the job instead.
+  int RunUntilStopped(const std::atomic<bool>& stop) {
+    const absl::Status outcome = coordinator_.Run(stop);
+    service_.StopAccepting();
+    SetServing(server_.get(), false);
+    if (stop.load() && absl::IsUnavailable(outcome)) {
+      // Asked to stop, and some peer never joined (it died, or is stopped): everything
+      // pending here has failed with UNAVAILABLE and nothing partial was published, but
+      // MPI cannot be finalized with a collective still open, so leave without it.
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      claims_->listener.reset();
+      spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone,
+                   std::string(outcome.message()));
+      spdlog::shutdown();
+      std::_Exit(kExitStoppedAlone);
+    }
+    // Calls still running get 2 s to finish. gRPC also waits this long for idle client
+    // connections that do not answer its GOAWAY, then closes them.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    claims_->listener.reset();
+    metrics_server_.reset();
+    if (!outcome.ok()) {
+      spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
+      collective_->Abort(3);
+    }
+    return 0;
+  }
+
+ private:
+  static ckptd::StorageTiersOptions TiersOptions(const ckptd::DaemonConfig& config, const HostClaims& claims,
+                                                 int num_ranks) {
+    return {.storage = claims.confined.get(),
+            .root = config.root,
+            .mode = config.storage,
+            .read_once = config.read_once,
+            .num_ranks = num_ranks,
+            .read_cache_bytes = static_cast<uint64_t>(config.read_cache_bytes),
+            .read_cache_linger = config.read_cache_linger,
+            .memory_steps = config.memory_steps,
+            .peer_timeout = config.commit_timeout,
+            .drain = claims.drain.get(),
+            .drain_root = config.drain_to};
+  }
+
+  static ckptd::ServiceContext ServiceOptions(const ckptd::DaemonConfig& config, int rank, int num_ranks,
+                                              ckptd::Metrics* metrics) {
+    return {.rank = rank,
+            .num_ranks = num_ranks,
+            .version = ckptd::wire::kVersion,
+            .max_index_bytes = static_cast<uint64_t>(config.max_index_bytes),
+            .max_tensors_per_request = config.max_tensors_per_request,
+            .max_request_bytes = config.max_request_bytes,
+            .max_trainers = config.max_trainers,
+            .metrics = config.metrics_address.empty() ? nullptr : metrics};
+  }
+
+  ckptd::CoordinatorOptions CoordinatorOptionsFor(const ckptd::DaemonConfig& config) {
+    if (tiers_.drain_store() != nullptr) {
+      drainer_.emplace(tiers_.commit_store(), tiers_.drain_store(), dir_mode_, config.drain_bandwidth);
+    }
+    return {.commit_timeout = config.commit_timeout,
+            .version = ckptd::wire::kVersion,
+            .keep_last = config.keep_last,
+            .keep_every_n_steps = config.keep_every_n_steps,
+            .local_report = [this] { return service_.LocalStatus().SerializeAsString(); },
+            .dir_mode = dir_mode_,
+            .storage = config.storage,
+            .drain_store = tiers_.drain_store(),
+            .drainer = drainer_.has_value() ? &*drainer_ : nullptr,
+            .drain_every_n_steps = config.drain_every_n_steps,
+            .drain_keep_last = config.drain_keep_last};
+  }
+
+  void AttachCommitObservers() {
+    for (ckptd::CommitObserver* observer : tiers_.CommitObservers(&staging_))
+      coordinator_.AddObserver(observer);
+    if (!config_.metrics_address.empty()) coordinator_.AddObserver(&commit_metrics_);
+  }
+
+  absl::Status StartGrpc() {
+    ASSIGN_OR_RETURN(server_,
+                     StartServer(ckptd::PosixFileSystem(), config_, &service_, &peer_service_, &tcp_port_));
+    if (tcp_port_ != 0) {
+      const std::string host = config_.tcp_address.substr(0, config_.tcp_address.rfind(':'));
+      service_.set_tcp_address(absl::StrCat(host, ":", tcp_port_));
+      spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status StartMetrics() {
+    if (config_.metrics_address.empty()) return absl::OkStatus();
+    // Validated by the config: HOST:PORT. Rank r takes PORT + r.
+    const size_t colon = config_.metrics_address.rfind(':');
+    const std::string host = config_.metrics_address.substr(0, colon);
+    const int port = std::stoi(config_.metrics_address.substr(colon + 1));
+    ASSIGN_OR_RETURN(metrics_server_, ckptd::MetricsServer::Start(host, port == 0 ? 0 : port + rank_,
+                                                                  [this] { return service_.MetricsText(); }));
+    service_.set_metrics_address(absl::StrCat(host, ":", metrics_server_->port()));
+    spdlog::info("metrics on http://{}:{}/metrics", host, metrics_server_->port());
+    return absl::OkStatus();
+  }
+
+  void OpenToTrainers() {
+    claims_->listener->Serve(server_.get(), &peers_, PolicyFrom(config_));
+    SetServing(server_.get(), true);
+    spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion,
+                 claims_->socket, config_.root, std::string(ckptd::StorageName(config_.storage)));
+    if (drainer_.has_value()) {
+      spdlog::info("drain to {}{}", config_.drain_to,
+                   config_.drain_bandwidth > 0
+                       ? absl::StrCat(" at up to ", config_.drain_bandwidth / 1000000, " MB/s")
+                       : std::string());
+    }
+  }
+
+  const ckptd::DaemonConfig& config_;
+  const int rank_;
+  ckptd::Collective* collective_;
+  HostClaims* claims_;
+  ckptd::StagingArea staging_;
+  ckptd::StepRegistry registry_;
+  ckptd::StorageTiers tiers_;
+  const uint32_t dir_mode_;
+  std::optional<ckptd::Drainer> drainer_;  // with drain_to; made with the coordinator's options
+  ckptd::Metrics metrics_;
+  ckptd::PeerTable peers_;
+  ckptd::PeerShardCopier shard_copier_;
+  ckptd::CkptdService service_;
+  ckptd::PeerService peer_service_;
+  ckptd::Coordinator coordinator_;
+  ckptd::CommitMetrics commit_metrics_;
+  std::unique_ptr<grpc::Server> server_;
+  int tcp_port_ = 0;
+  std::unique_ptr<ckptd::MetricsServer> metrics_server_;
+};
+
+// The daemon's command line: what it may override in the config file.
+void DeclareFlags(CLI::App& app, Overrides& flags) {
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  Overrides flags;
   app.add_option("--config", flags.config_path, "YAML config file (see config/ckptd.yaml)");
   app.add_option("--root", flags.root, "checkpoint root directory (overrides config root); {rank}, {uid}");
   app.add_option("--storage", flags.storage,
@@ -293,21 +469,37 @@ int main(int argc, char** argv) {
   app.add_option("--drain-bandwidth", flags.drain_bandwidth,
                  "per-host drain rate limit, e.g. 200MB/s (0 = none)");
   app.set_version_flag("--version", ckptd::wire::kVersion);
-  if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptd")) return *ended;
+}
 
-  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
-  absl::StatusOr<ckptd::DaemonConfig> loaded = LoadConfig(fs, flags);
-  if (!loaded.ok()) return Fail(loaded.status());
-  ckptd::DaemonConfig config = *std::move(loaded);
-
-  // Signals go to one thread that only sets the stop flag; block them everywhere else
-  // before any thread (MPI's, gRPC's) exists.
-  sigset_t signals;
+// Signals go to one thread that only sets `stop`; they are blocked everywhere else,
+// so call this before any other thread (MPI's, gRPC's) exists.
+void StopOnSignals(std::atomic<bool>* stop) {
+  static sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([stop] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("signal {}: stopping", sig);
+    *stop = true;
+  }).detach();
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  KeepFreedMemoryForReuse();
+  CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
+  Overrides flags;
+  DeclareFlags(app, flags);
+  if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptd")) return *ended;
+  absl::StatusOr<ckptd::DaemonConfig> loaded = LoadConfig(ckptd::PosixFileSystem(), flags);
+  if (!loaded.ok()) return Fail(loaded.status());
+  ckptd::DaemonConfig config = *std::move(loaded);
+  std::atomic<bool> stop{false};
+  StopOnSignals(&stop);
   absl::StatusOr<std::unique_ptr<ckptd::Collective>> collective = ckptd::CreateMpiCollective(&argc, &argv);
   if (!collective.ok()) return Fail(collective.status());
   const int rank = (*collective)->rank();
@@ -319,135 +511,13 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<HostClaims> claims = ClaimHost(config, rank);
   if (!claims.ok()) fatal(claims.status());
-
-  ckptd::StagingArea staging(config.staging_memory_limit);
-  ckptd::StepRegistry registry;
-  ckptd::StorageTiers tiers({.storage = claims->confined.get(),
-                             .root = config.root,
-                             .mode = config.storage,
-                             .read_once = config.read_once,
-                             .num_ranks = (*collective)->size(),
-                             .read_cache_bytes = static_cast<uint64_t>(config.read_cache_bytes),
-                             .read_cache_linger = config.read_cache_linger,
-                             .memory_steps = config.memory_steps,
-                             .peer_timeout = config.commit_timeout,
-                             .drain = claims->drain.get(),
-                             .drain_root = config.drain_to});
-  const uint32_t dir_mode =
-      claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
-  std::optional<ckptd::Drainer> drainer;
-  if (tiers.drain_store() != nullptr) {
-    drainer.emplace(tiers.commit_store(), tiers.drain_store(), dir_mode, config.drain_bandwidth);
-  }
-  ckptd::Metrics metrics;
-  ckptd::PeerTable peers;
-  ckptd::PeerShardCopier shard_copier(tiers.peer_directory());
-  ckptd::CkptdService service({.rank = rank,
-                               .num_ranks = (*collective)->size(),
-                               .version = ckptd::wire::kVersion,
-                               .max_index_bytes = static_cast<uint64_t>(config.max_index_bytes),
-                               .max_tensors_per_request = config.max_tensors_per_request,
-                               .max_request_bytes = config.max_request_bytes,
-                               .max_trainers = config.max_trainers,
-                               .metrics = config.metrics_address.empty() ? nullptr : &metrics},
-                              &registry, &tiers, &staging, &peers);
-  ckptd::PeerService peer_service(tiers.peer_directory(), tiers.read_store(), &registry,
-                                  tiers.commit_store()->fs());
-  spdlog::info("device memory: {}", service.DeviceDescription());
-  ckptd::Coordinator coordinator(
-      collective->get(), &registry, tiers.commit_store(),
-      {.commit_timeout = config.commit_timeout,
-       .version = ckptd::wire::kVersion,
-       .keep_last = config.keep_last,
-       .keep_every_n_steps = config.keep_every_n_steps,
-       .local_report = [&service] { return service.LocalStatus().SerializeAsString(); },
-       .dir_mode = dir_mode,
-       .storage = config.storage,
-       .drain_store = tiers.drain_store(),
-       .drainer = drainer.has_value() ? &*drainer : nullptr,
-       .drain_every_n_steps = config.drain_every_n_steps,
-       .drain_keep_last = config.drain_keep_last});
-  for (ckptd::CommitObserver* observer : tiers.CommitObservers(&staging)) coordinator.AddObserver(observer);
-  ckptd::CommitMetrics commit_metrics(&metrics);
-  if (!config.metrics_address.empty()) coordinator.AddObserver(&commit_metrics);
-  // Before any trainer can connect: a job whose roots do not match its storage mode
-  // must not accept a single Save.
-  if (absl::Status s = coordinator.CheckRoot(); !s.ok()) fatal(s);
-  int tcp_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      StartServer(fs, config, &service, &peer_service, &tcp_port);
-  if (!server.ok()) fatal(server.status());
-  if (tcp_port != 0) {
-    const std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
-    service.set_tcp_address(absl::StrCat(host, ":", tcp_port));
-    spdlog::info("listening on {}:{} (mutual TLS)", host, tcp_port);
-  }
-  if (tiers.NeedsPeers()) {
-    if (absl::Status s =
-            MeetPeers(config, rank, tcp_port, coordinator, *tiers.peer_directory(), &shard_copier);
-        !s.ok())
-      fatal(s);
-  }
-  // Before trainers connect on the local socket; with replicas the peers must already
-  // serve, since a host repairs what it lost from them.
-  if (absl::Status s = coordinator.ReconcileLocalSteps(); !s.ok()) fatal(s);
-  std::unique_ptr<ckptd::MetricsServer> metrics_server;
-  if (!config.metrics_address.empty()) {
-    // Validated by the config: HOST:PORT. Rank r takes PORT + r.
-    const size_t colon = config.metrics_address.rfind(':');
-    const std::string host = config.metrics_address.substr(0, colon);
-    const int port = std::stoi(config.metrics_address.substr(colon + 1));
-    auto started = ckptd::MetricsServer::Start(host, port == 0 ? 0 : port + rank,
-                                               [&service] { return service.MetricsText(); });
-    if (!started.ok()) fatal(started.status());
-    metrics_server = std::move(*started);
-    service.set_metrics_address(absl::StrCat(host, ":", metrics_server->port()));
-    spdlog::info("metrics on http://{}:{}/metrics", host, metrics_server->port());
-  }
-  claims->listener->Serve(server->get(), &peers, PolicyFrom(config));
-  SetServing(server->get(), true);
-  spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion, claims->socket,
-               config.root, std::string(ckptd::StorageName(config.storage)));
-  if (drainer.has_value()) {
-    spdlog::info("drain to {}{}", config.drain_to,
-                 config.drain_bandwidth > 0
-                     ? absl::StrCat(" at up to ", config.drain_bandwidth / 1000000, " MB/s")
-                     : std::string());
-  }
-
-  std::atomic<bool> stop{false};
-  std::thread signal_thread([&signals, &stop] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    spdlog::info("signal {}: stopping", sig);
-    stop = true;
-  });
-  signal_thread.detach();
-
-  absl::Status outcome = coordinator.Run(stop);
-  service.StopAccepting();
-  SetServing(server->get(), false);
-  if (stop.load() && absl::IsUnavailable(outcome)) {
-    // Asked to stop, and some peer never joined (it died, or is stopped): everything
-    // pending here has failed with UNAVAILABLE and nothing partial was published, but
-    // MPI cannot be finalized with a collective still open, so leave without it.
-    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    claims->listener.reset();
-    spdlog::warn("ckptd stopped without its peers (exit {}): {}", kExitStoppedAlone,
-                 std::string(outcome.message()));
-    spdlog::shutdown();
-    std::_Exit(kExitStoppedAlone);
-  }
-  // Calls still running get 2 s to finish. gRPC also waits this long for idle client
-  // connections that do not answer its GOAWAY, then closes them.
-  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  claims->listener.reset();
-  metrics_server.reset();
-  if (!outcome.ok()) {
-    spdlog::critical("coordination failed, aborting the job: {}", std::string(outcome.message()));
-    (*collective)->Abort(3);
+  int exit_code = 0;
+  {
+    Daemon daemon(config, collective->get(), &*claims);
+    if (absl::Status s = daemon.Start(); !s.ok()) fatal(s);
+    exit_code = daemon.RunUntilStopped(stop);
   }
   collective->reset();
   spdlog::info("ckptd stopped");
-  return 0;
+  return exit_code;
 }

@@ -379,18 +379,20 @@ void Coordinator::ApplyRetention(const StepKey& key) {
   }
 }
 
-absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
-                                          std::vector<TrainerPayload>& payloads, std::string* entries_out,
-                                          int64_t* bytes_out) {
-  const absl::Time started = absl::Now();
-  const int rank = collective_->rank();
-  // What this rank writes, in plan order; every other staged box (written by another
-  // host, or a second local replica) goes back to staging memory now.
-  struct Job {
-    const PlannedTensor* tensor;
-    const PlannedBox* box;
-    StagedTensor* staged;
-  };
+namespace {
+
+// One box this rank writes: its place in the plan and the staged bytes it holds.
+struct WriteJob {
+  const PlannedTensor* tensor;
+  const PlannedBox* box;
+  StagedTensor* staged;
+};
+
+// What this rank writes, in plan order; every other staged box (written by another
+// host, or a second local replica) goes back to staging memory now. INTERNAL when the
+// plan gives this rank a box it does not hold.
+absl::StatusOr<std::vector<WriteJob>> PickLocalBoxes(const SavePlan& plan,
+                                                     std::vector<TrainerPayload>& payloads, int rank) {
   // Looked up in place by name and box: a tree of copied names (and a tree of the
   // boxes used) took over a third of the write phase's CPU time at 100,000 tensors.
   absl::flat_hash_map<StagedKey, StagedTensor*> staged;
@@ -399,10 +401,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   for (TrainerPayload& p : payloads) {
     for (StagedTensor& t : p.tensors) staged.emplace(StagedKey{t.name, &t.box}, &t);
   }
-  const bool observers_take_buffers =
-      absl::c_any_of(observers_, [](const CommitObserver* o) { return o->TakesWrittenBuffers(); });
-  std::vector<Job> jobs;
-  std::vector<DataFileEntry> pieces;
+  std::vector<WriteJob> jobs;
   absl::flat_hash_set<const StagedTensor*> used;
   used.reserve(staged_count);
   for (const PlannedTensor& t : plan.tensors) {
@@ -413,21 +412,58 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
         return absl::InternalError(absl::StrCat("plan assigned box ", b.box.ToString(), " of '", t.name,
                                                 "' to rank ", rank, ", which does not hold it"));
       }
-      StagedTensor* s = it->second;
-      jobs.push_back({.tensor = &t, .box = &b, .staged = s});
-      pieces.push_back({.dtype = t.dtype,
-                        .elements = b.box.NumElements(),
-                        .bytes = absl::string_view(s->bytes.data(), static_cast<size_t>(s->bytes.size())),
-                        .done = [s, keep = observers_take_buffers] {
-                          if (!keep) s->bytes = StagedBuffer();
-                        }});
-      used.insert(s);
+      jobs.push_back({.tensor = &t, .box = &b, .staged = it->second});
+      used.insert(it->second);
     }
   }
   for (TrainerPayload& p : payloads) {
     for (StagedTensor& t : p.tensors) {
       if (used.count(&t) == 0) t.bytes = StagedBuffer();
     }
+  }
+  return jobs;
+}
+
+// The index entries of what this rank wrote, for rank 0's merge.
+internal::WrittenEntries EntriesOf(const std::vector<WriteJob>& jobs,
+                                   const std::vector<DataFileWriter::Written>& written, int rank) {
+  internal::WrittenEntries entries;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const WriteJob& j = jobs[i];
+    internal::WrittenEntry* e = entries.add_entries();
+    e->set_name(j.tensor->name);
+    e->set_dtype(j.tensor->dtype);
+    e->mutable_shape()->Add(j.tensor->shape.begin(), j.tensor->shape.end());
+    e->mutable_start()->Add(j.box->box.start.begin(), j.box->box.start.end());
+    e->mutable_length()->Add(j.box->box.length.begin(), j.box->box.length.end());
+    e->set_shard(rank);
+    e->set_offset(written[i].offset);
+    e->set_size(j.box->bytes);
+    e->set_crc32c(written[i].crc32c);
+  }
+  return entries;
+}
+
+}  // namespace
+
+absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& plan,
+                                          std::vector<TrainerPayload>& payloads, std::string* entries_out,
+                                          int64_t* bytes_out) {
+  const absl::Time started = absl::Now();
+  const int rank = collective_->rank();
+  ASSIGN_OR_RETURN(const std::vector<WriteJob> jobs, PickLocalBoxes(plan, payloads, rank));
+  const bool observers_take_buffers =
+      absl::c_any_of(observers_, [](const CommitObserver* o) { return o->TakesWrittenBuffers(); });
+  std::vector<DataFileEntry> pieces;
+  pieces.reserve(jobs.size());
+  for (const WriteJob& j : jobs) {
+    StagedTensor* s = j.staged;
+    pieces.push_back({.dtype = j.tensor->dtype,
+                      .elements = j.box->box.NumElements(),
+                      .bytes = absl::string_view(s->bytes.data(), static_cast<size_t>(s->bytes.size())),
+                      .done = [s, keep = observers_take_buffers] {
+                        if (!keep) s->bytes = StagedBuffer();
+                      }});
   }
   // A failed write leaves the boxes it did not reach staged: the payloads free them
   // when they go.
@@ -437,7 +473,6 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
                                  DataPath(CheckpointStore::Prefix(store_->TempDir(key.run, key.step)), rank,
                                           collective_->size()),
                                  pieces, options_.checksum_threads, &file_bytes));
-
   if (observers_take_buffers) {
     std::vector<WrittenBox> boxes;
     boxes.reserve(jobs.size());
@@ -451,20 +486,7 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
     }
     for (CommitObserver* observer : observers_) observer->OnWritten(key, boxes);
   }
-  internal::WrittenEntries entries;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& j = jobs[i];
-    internal::WrittenEntry* e = entries.add_entries();
-    e->set_name(j.tensor->name);
-    e->set_dtype(j.tensor->dtype);
-    e->mutable_shape()->Add(j.tensor->shape.begin(), j.tensor->shape.end());
-    e->mutable_start()->Add(j.box->box.start.begin(), j.box->box.start.end());
-    e->mutable_length()->Add(j.box->box.length.begin(), j.box->box.length.end());
-    e->set_shard(rank);
-    e->set_offset(written[i].offset);
-    e->set_size(j.box->bytes);
-    e->set_crc32c(written[i].crc32c);
-  }
+  internal::WrittenEntries entries = EntriesOf(jobs, written, rank);
   entries.set_file_bytes(file_bytes);
   entries.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   entries.set_host(HostName());
@@ -472,6 +494,36 @@ absl::Status Coordinator::WriteLocalShard(const StepKey& key, const SavePlan& pl
   *bytes_out = file_bytes;
   return absl::OkStatus();
 }
+
+namespace {
+
+// The index entries of tensor `t`'s boxes, from the hosts' reports of it (`reports`:
+// every report naming `t`, in host order: of two reports of one box, the later
+// host's counts).
+absl::StatusOr<std::vector<std::pair<Box, tf::BundleEntryProto>>> EntriesOfBoxes(
+    const PlannedTensor& t, absl::Span<const internal::WrittenEntry* const> reports) {
+  std::vector<std::pair<Box, tf::BundleEntryProto>> pieces;
+  pieces.reserve(t.boxes.size());
+  for (const PlannedBox& b : t.boxes) {
+    const internal::WrittenEntry* where = nullptr;
+    for (const internal::WrittenEntry* e : reports) {
+      if (absl::c_equal(e->start(), b.box.start) && absl::c_equal(e->length(), b.box.length)) where = e;
+    }
+    if (where == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
+    }
+    tf::BundleEntryProto e;
+    e.set_shard_id(where->shard());
+    e.set_offset(where->offset());
+    e.set_size(where->size());
+    e.set_crc32c(where->crc32c());
+    pieces.emplace_back(b.box, std::move(e));
+  }
+  return pieces;
+}
+
+}  // namespace
 
 absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& key, int trainer_count,
                                                                 const SavePlan& plan,
@@ -511,9 +563,6 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
   std::stable_sort(
       located.begin(), located.end(),
       [](const internal::WrittenEntry* a, const internal::WrittenEntry* b) { return a->name() < b->name(); });
-  auto same_box = [](const internal::WrittenEntry& e, const Box& box) {
-    return absl::c_equal(e.start(), box.start) && absl::c_equal(e.length(), box.length);
-  };
   IndexBuilder index(num_shards);
   const absl::StatusOr<Mesh> mesh = plan.mesh.empty() ? absl::NotFoundError("no mesh") : ParseMesh(plan.mesh);
   meta.tensors.reserve(plan.tensors.size());
@@ -523,29 +572,15 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
     if (t.has_layout && mesh.ok()) tensor.layout = Layout{t.sharding_specs, *mesh}.ToString();
     meta.tensors.push_back(std::move(tensor));
 
-    std::vector<std::pair<Box, tf::BundleEntryProto>> pieces;
     const auto first = std::lower_bound(
         located.begin(), located.end(), t.name,
         [](const internal::WrittenEntry* e, const std::string& name) { return e->name() < name; });
     const auto last = std::upper_bound(
         first, located.end(), t.name,
         [](const std::string& name, const internal::WrittenEntry* e) { return name < e->name(); });
-    for (const PlannedBox& b : t.boxes) {
-      const internal::WrittenEntry* where = nullptr;
-      for (auto it = first; it != last; ++it) {
-        if (same_box(**it, b.box)) where = *it;
-      }
-      if (where == nullptr) {
-        return absl::InternalError(
-            absl::StrCat("no host reported writing box ", b.box.ToString(), " of '", t.name, "'"));
-      }
-      tf::BundleEntryProto e;
-      e.set_shard_id(where->shard());
-      e.set_offset(where->offset());
-      e.set_size(where->size());
-      e.set_crc32c(where->crc32c());
-      pieces.emplace_back(b.box, std::move(e));
-    }
+    ASSIGN_OR_RETURN(
+        auto pieces,
+        EntriesOfBoxes(t, absl::MakeConstSpan(located.data() + (first - located.begin()), last - first)));
     RETURN_IF_ERROR(index.AddTensor(t.name, t.dtype, t.shape, std::move(pieces)));
   }
   ASSIGN_OR_RETURN(std::string index_bytes, index.Finish());

@@ -18,17 +18,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
+#include "client_internal.h"
 #include "restore_stream.h"
 
 namespace ckptd {
-namespace {
-
-#define ASSIGN_OR_RETURN_CLIENT(lhs, expr)      \
-  do {                                          \
-    auto result_ = (expr);                      \
-    if (!result_.ok()) return result_.status(); \
-    lhs = std::move(*result_);                  \
-  } while (0)
+namespace client_internal {
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
@@ -45,7 +39,18 @@ void SetDeviceMemory(v1::DeviceMemory* out, const DeviceMemory& in) {
   out->set_device_uuid(in.device_uuid);
 }
 
-}  // namespace
+bool SharedMemoryUnusable(const absl::Status& s) {
+  return absl::StrContains(s.message(), "shared_memory:") &&
+         (s.code() == absl::StatusCode::kFailedPrecondition ||
+          s.code() == absl::StatusCode::kPermissionDenied || s.code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace client_internal
+
+using client_internal::DeadlineIn;
+using client_internal::SetBox;
+using client_internal::SetDeviceMemory;
+using client_internal::SharedMemoryUnusable;
 
 void KeepFreedMemoryForReuse() {
 #ifdef M_MMAP_THRESHOLD
@@ -152,14 +157,6 @@ namespace {
 
 constexpr size_t kMaxFreeSegments = 2;
 constexpr size_t kMaxBusySegments = 4;
-
-// Errors that say the daemon cannot map this client's segments at all (another
-// host, another user): streaming will work where shared memory does not.
-bool SharedMemoryUnusable(const absl::Status& s) {
-  return absl::StrContains(s.message(), "shared_memory:") &&
-         (s.code() == absl::StatusCode::kFailedPrecondition ||
-          s.code() == absl::StatusCode::kPermissionDenied || s.code() == absl::StatusCode::kNotFound);
-}
 
 }  // namespace
 
@@ -394,249 +391,6 @@ absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration t
     while (free_segments_.size() > kMaxFreeSegments) free_segments_.erase(free_segments_.begin());
   }
   return status;
-}
-
-absl::StatusOr<int64_t> Client::Restore(const std::string& run, std::optional<int64_t> step,
-                                        const std::vector<RestoreTarget>& targets,
-                                        const RestoreOptions& options) {
-  v1::RestoreRequest request;
-  request.set_run(run);
-  if (step.has_value()) {
-    request.set_step(*step);
-  } else {
-    request.set_latest(true);
-  }
-  request.set_mesh(options.mesh);
-  request.mutable_device_ids()->Add(options.device_ids.begin(), options.device_ids.end());
-  request.set_trainer_id(options.trainer_id);
-  request.set_trainer_state(options.trainer_state != nullptr);
-  // Each target's reply is one byte stream, scattered over its buffers in order.
-  std::vector<std::vector<std::pair<void*, size_t>>> pieces;
-  std::vector<size_t> capacity;
-  pieces.reserve(targets.size());
-  capacity.reserve(targets.size());
-  request.mutable_tensors()->Reserve(static_cast<int>(targets.size()));
-  for (const RestoreTarget& t : targets) {
-    if (t.host_buffer != nullptr &&
-        (t.use_layout || t.device_memory.has_value() || !t.host_buffer->Contains(t.data, t.size))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name,
-                       "': host_buffer is set, but data/size do not lie inside it (or use_layout or "
-                       "device_memory is set too)"));
-    }
-    v1::TensorRequest* r = request.add_tensors();
-    r->set_name(t.name);
-    r->set_dtype(t.dtype);
-    r->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-    if (t.use_layout) {
-      r->mutable_layout()->mutable_sharding_specs()->Add(t.sharding_specs.begin(), t.sharding_specs.end());
-      pieces.push_back(t.device_data);
-    } else {
-      if (!t.box_start.empty() || !t.box_length.empty()) SetBox(r->mutable_box(), t.box_start, t.box_length);
-      if (t.device_memory.has_value()) {
-        SetDeviceMemory(r->mutable_device_memory(), *t.device_memory);
-        pieces.emplace_back();  // nothing arrives here: the daemon writes to the device
-      } else {
-        pieces.push_back({{t.data, t.size}});
-      }
-    }
-    size_t total = 0;
-    for (const auto& piece : pieces.back()) total += piece.second;
-    capacity.push_back(total);
-  }
-  if (UseSharedMemory(options.transport)) {
-    absl::StatusOr<int64_t> restored = RestoreVia(true, &request, targets, pieces, capacity, options);
-    if (restored.ok() || options.transport != Transport::kAuto || !SharedMemoryUnusable(restored.status())) {
-      return restored;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    shared_memory_works_ = false;
-  }
-  return RestoreVia(false, &request, targets, pieces, capacity, options);
-}
-
-namespace {
-
-// Copies `n` bytes that belong at byte `offset` of a target's stream into its buffers.
-void Scatter(const std::vector<std::pair<void*, size_t>>& pieces, size_t offset, const char* src, size_t n) {
-  for (const auto& [dst, size] : pieces) {
-    if (n == 0) break;
-    if (offset >= size) {
-      offset -= size;
-      continue;
-    }
-    const size_t take = std::min(n, size - offset);
-    std::memcpy(static_cast<char*>(dst) + offset, src, take);
-    src += take;
-    n -= take;
-    offset = 0;
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreRequest* request,
-                                           const std::vector<RestoreTarget>& targets,
-                                           const std::vector<std::vector<std::pair<void*, size_t>>>& pieces,
-                                           const std::vector<size_t>& capacity,
-                                           const RestoreOptions& options) {
-  // The daemon's layout (RestoreHeader.shared_memory_offsets), from the same rule.
-  std::vector<int64_t> offsets;
-  size_t total = 0;
-  for (size_t i = 0; i < capacity.size(); ++i) {
-    v1::TensorRequest& tensor = *request->mutable_tensors(static_cast<int>(i));
-    const HostBuffer* host = targets[i].host_buffer;
-    if (shared_memory && host != nullptr) {  // the daemon writes into the target itself
-      v1::SharedMemory* range = tensor.mutable_host_memory();
-      range->set_fd(host->fd());
-      range->set_offset(static_cast<char*>(targets[i].data) - host->data());
-      range->set_size(static_cast<int64_t>(targets[i].size));
-    } else {
-      tensor.clear_host_memory();
-    }
-    if (tensor.has_device_memory() || tensor.has_host_memory()) {
-      offsets.push_back(-1);
-      continue;
-    }
-    const int64_t start =
-        wire::SharedMemoryOffset(static_cast<int64_t>(total), static_cast<int64_t>(capacity[i]));
-    offsets.push_back(start);
-    total = static_cast<size_t>(start) + capacity[i];
-  }
-  std::unique_ptr<Segment> segment;
-  if (shared_memory && total > 0) {
-    ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
-    v1::SharedMemory* shm = request->mutable_shared_memory();
-    shm->set_fd(segment->fd());
-    shm->set_offset(0);
-    shm->set_size(static_cast<int64_t>(segment->size()));
-  } else {
-    request->clear_shared_memory();
-  }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineIn(options.timeout));
-  // The replies are read as raw bytes (what the generated stub does, less protobuf's
-  // parse): each chunk's data goes from gRPC's slices straight into the targets.
-  const grpc::internal::RpcMethod method(internal::kRestoreMethod,
-                                         grpc::internal::RpcMethod::SERVER_STREAMING, channel_);
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, *request));
-  grpc::ByteBuffer bytes;
-  std::vector<grpc::Slice> slices;
-  internal::RawRestoreResponse message;
-  v1::RestoreHeader header;
-  bool have_header = false;
-  std::vector<size_t> received(targets.size(), 0);
-  // Tensors copied out of the segment so far: as RestoreReady names them, the rest at the end.
-  std::vector<bool> copied_out(targets.size(), false);
-  auto copy_out = [&](size_t i) {
-    if (offsets[i] < 0 || copied_out[i]) return;
-    Scatter(pieces[i], 0, segment->data() + offsets[i], capacity[i]);
-    copied_out[i] = true;
-    received[i] = capacity[i];
-  };
-  absl::Status problem;
-  while (reader->Read(&bytes)) {
-    if (!problem.ok()) continue;
-    slices.clear();
-    problem = bytes.Dump(&slices).ok() ? internal::ParseRestoreResponse(slices, &message)
-                                       : absl::InternalError("cannot read a RestoreResponse's bytes");
-    if (!problem.ok()) {
-      ctx.TryCancel();
-      continue;
-    }
-    if (message.has_header) {
-      header = std::move(message.header);
-      have_header = true;
-      // A layout unlike the client's would put bytes where the targets do not expect them.
-      if (segment != nullptr &&
-          (header.shared_memory_bytes() != static_cast<int64_t>(total) ||
-           !std::equal(offsets.begin(), offsets.end(), header.shared_memory_offsets().begin(),
-                       header.shared_memory_offsets().end()))) {
-        problem = absl::InvalidArgumentError(absl::StrCat(
-            "the restored tensors need ", header.shared_memory_bytes(), " bytes but the target buffers hold ",
-            total, " (a target's size differs from its box)"));
-        ctx.TryCancel();
-      }
-      continue;
-    }
-    if (message.has_ready) {
-      for (const int32_t index : message.ready.tensor_indices()) {
-        if (!have_header || segment == nullptr || index < 0 || static_cast<size_t>(index) >= targets.size()) {
-          problem = absl::InvalidArgumentError(absl::StrCat(
-              "the daemon named tensor ", index, " ready, which is not in its shared-memory reply"));
-          ctx.TryCancel();
-          break;
-        }
-        if (!options.keep_targets_on_failure) copy_out(static_cast<size_t>(index));
-      }
-      continue;
-    }
-    if (message.has_trailer) {  // the counters of a restore streamed while it was read
-      header.set_storage_bytes_read(message.trailer.storage_bytes_read());
-      header.set_peer_bytes_received(message.trailer.peer_bytes_received());
-      continue;
-    }
-    if (!message.has_chunk) continue;
-    const size_t index = static_cast<size_t>(message.tensor_index);
-    if (message.tensor_index < 0 || index >= targets.size() || message.offset < 0 ||
-        static_cast<size_t>(message.offset) + message.data_size > capacity[index]) {
-      problem = absl::InvalidArgumentError(
-          absl::StrCat("tensor '", index < targets.size() ? targets[index].name : "?",
-                       "': the daemon sent more bytes than the target buffers hold"));
-      ctx.TryCancel();
-      continue;
-    }
-    size_t at = static_cast<size_t>(message.offset);
-    for (const auto& [data, n] : message.data) {
-      Scatter(pieces[index], at, data, n);
-      at += n;
-    }
-    received[index] += message.data_size;
-  }
-  grpc::Status status = reader->Finish();
-  if (!problem.ok()) return problem;
-  if (!status.ok()) return FromGrpcStatus(status);
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (request->tensors(static_cast<int>(i)).has_host_memory()) received[i] = capacity[i];
-  }
-  if (segment != nullptr) {
-    if (!have_header) return absl::InternalError("the daemon's restore reply had no header");
-    for (size_t i = 0; i < targets.size(); ++i) copy_out(i);
-    ReturnSegment(std::move(segment));
-  }
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (received[i] != capacity[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", targets[i].name, "': the daemon sent ",
-                                                     received[i], " bytes but the target buffers hold ",
-                                                     capacity[i]));
-    }
-  }
-  if (options.trainer_state != nullptr) {
-    for (const auto& [key, value] : header.trainer_state()) (*options.trainer_state)[key] = value;
-  }
-  if (options.stats != nullptr) {
-    *options.stats = {.storage_bytes_read = header.storage_bytes_read(),
-                      .peer_bytes_received = header.peer_bytes_received(),
-                      .bytes_delivered = header.bytes_delivered()};
-  }
-  return header.step();
-}
-
-absl::StatusOr<int64_t> Client::RestoreByName(const std::string& run, std::optional<int64_t> step,
-                                              const NamedTensors& tensors, const RestoreOptions& options) {
-  std::vector<RestoreTarget> targets;
-  for (const auto& [name, t] : tensors) {
-    RestoreTarget r;
-    r.name = name;
-    r.dtype = t.dtype;
-    r.shape = t.shape;
-    r.use_layout = true;
-    r.sharding_specs = t.sharding_specs;
-    r.device_data = t.device_data;
-    targets.push_back(std::move(r));
-  }
-  return Restore(run, step, targets, options);
 }
 
 absl::Status Client::Barrier(const std::string& run, int trainer_id, int trainer_count,

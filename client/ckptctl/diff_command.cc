@@ -81,6 +81,61 @@ std::string IndexString(const ckptd::Shape& shape, int64_t flat) {
   return absl::StrCat("[", absl::StrJoin(index, ", "), "]");
 }
 
+// Sets (*change)["kind"] and ["change"] (and the counts of a values change) when
+// tensor `ia` of a and `ib` of b differ: dtype, shape, or values (compared within
+// atol and rtol when `tolerant`, else byte for byte).
+absl::Status CompareTensors(BundleReader& a, const ckptd::TensorInfo& ia, BundleReader& b,
+                            const ckptd::TensorInfo& ib, bool tolerant, double atol, double rtol,
+                            json* change) {
+  if (ia.dtype != ib.dtype) {
+    (*change)["kind"] = "dtype";
+    (*change)["change"] =
+        absl::StrCat("dtype ", ckptd::DataTypeName(ia.dtype), " -> ", ckptd::DataTypeName(ib.dtype));
+  } else if (ia.shape != ib.shape) {
+    (*change)["kind"] = "shape";
+    (*change)["change"] = absl::StrCat("shape ", ShapeString(ia.shape), " -> ", ShapeString(ib.shape));
+  } else if (ia.dtype == ckptd::kString ||
+             (!ckptd::IsRealNumeric(ia.dtype) && ia.pieces.size() == 1 && ib.pieces.size() == 1)) {
+    // Strings (never sliced) and other whole entries of types without numbers: their
+    // bytes, by checksum.
+    auto ca = ia.dtype == ckptd::kString ? StringChecksum(a, ia) : ia.pieces[0].entry.crc32c();
+    auto cb = ib.dtype == ckptd::kString ? StringChecksum(b, ib) : ib.pieces[0].entry.crc32c();
+    if (!ca.ok()) return ca.status();
+    if (!cb.ok()) return cb.status();
+    if (*ca != *cb) {
+      (*change)["kind"] = "values";
+      (*change)["change"] = absl::StrFormat("bytes differ (crc32c %08x -> %08x)", *ca, *cb);
+    }
+  } else {
+    // Whole entries on both sides compare by their checksums without reading; any
+    // other pair (or a difference) is read side by side as logical tensors,
+    // whatever slices each was saved as.
+    const bool both_whole = ia.pieces.size() == 1 && ib.pieces.size() == 1 &&
+                            ia.pieces[0].box.IsFull(ia.shape) && ib.pieces[0].box.IsFull(ib.shape);
+    if (tolerant || !both_whole || ia.pieces[0].entry.crc32c() != ib.pieces[0].entry.crc32c()) {
+      auto compared = Compare(a, ia, b, ib, atol, rtol);
+      if (!compared.ok()) return compared.status();
+      const ckptd::ValueDiff& v = compared->values;
+      const bool differs = tolerant ? v.mismatched > 0 : !compared->bytes_equal;
+      if (differs) {
+        (*change)["kind"] = "values";
+        (*change)["compared"] = v.compared;
+        (*change)["mismatched"] = v.mismatched;
+        (*change)["max_abs_diff"] = v.max_abs_diff;
+        if (v.first_index >= 0) (*change)["first_mismatch"] = IndexString(ia.shape, v.first_index);
+        (*change)["change"] =
+            v.mismatched == 0
+                ? std::string("bytes differ, values equal (signed zeros or NaN payloads)")
+                : absl::StrCat("values: ", v.mismatched, " of ", v.compared, " element(s) differ",
+                               tolerant ? absl::StrCat(" beyond atol ", atol, " rtol ", rtol) : "",
+                               ", max abs diff ", v.max_abs_diff, ", first at ",
+                               IndexString(ia.shape, v.first_index));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int Diff(const Context& ctx, const std::string& a_arg, const std::string& b_arg, const std::string& pattern,
@@ -123,51 +178,8 @@ int Diff(const Context& ctx, const std::string& a_arg, const std::string& b_arg,
     json change = {{"name", name},
                    {"a", {{"dtype", ckptd::DataTypeName(ia->dtype)}, {"shape", ia->shape}}},
                    {"b", {{"dtype", ckptd::DataTypeName(ib->dtype)}, {"shape", ib->shape}}}};
-    if (ia->dtype != ib->dtype) {
-      change["kind"] = "dtype";
-      change["change"] =
-          absl::StrCat("dtype ", ckptd::DataTypeName(ia->dtype), " -> ", ckptd::DataTypeName(ib->dtype));
-    } else if (ia->shape != ib->shape) {
-      change["kind"] = "shape";
-      change["change"] = absl::StrCat("shape ", ShapeString(ia->shape), " -> ", ShapeString(ib->shape));
-    } else if (ia->dtype == ckptd::kString ||
-               (!ckptd::IsRealNumeric(ia->dtype) && ia->pieces.size() == 1 && ib->pieces.size() == 1)) {
-      // Strings (never sliced) and other whole entries of types without numbers: their
-      // bytes, by checksum.
-      auto ca = ia->dtype == ckptd::kString ? StringChecksum(**a, *ia) : ia->pieces[0].entry.crc32c();
-      auto cb = ib->dtype == ckptd::kString ? StringChecksum(**b, *ib) : ib->pieces[0].entry.crc32c();
-      if (!ca.ok()) return Error(ca.status());
-      if (!cb.ok()) return Error(cb.status());
-      if (*ca != *cb) {
-        change["kind"] = "values";
-        change["change"] = absl::StrFormat("bytes differ (crc32c %08x -> %08x)", *ca, *cb);
-      }
-    } else {
-      // Whole entries on both sides compare by their checksums without reading; any
-      // other pair (or a difference) is read side by side as logical tensors,
-      // whatever slices each was saved as.
-      const bool both_whole = ia->pieces.size() == 1 && ib->pieces.size() == 1 &&
-                              ia->pieces[0].box.IsFull(ia->shape) && ib->pieces[0].box.IsFull(ib->shape);
-      if (tolerant || !both_whole || ia->pieces[0].entry.crc32c() != ib->pieces[0].entry.crc32c()) {
-        auto compared = Compare(**a, *ia, **b, *ib, atol, rtol);
-        if (!compared.ok()) return Error(compared.status());
-        const ckptd::ValueDiff& v = compared->values;
-        const bool differs = tolerant ? v.mismatched > 0 : !compared->bytes_equal;
-        if (differs) {
-          change["kind"] = "values";
-          change["compared"] = v.compared;
-          change["mismatched"] = v.mismatched;
-          change["max_abs_diff"] = v.max_abs_diff;
-          if (v.first_index >= 0) change["first_mismatch"] = IndexString(ia->shape, v.first_index);
-          change["change"] =
-              v.mismatched == 0
-                  ? std::string("bytes differ, values equal (signed zeros or NaN payloads)")
-                  : absl::StrCat("values: ", v.mismatched, " of ", v.compared, " element(s) differ",
-                                 tolerant ? absl::StrCat(" beyond atol ", atol, " rtol ", rtol) : "",
-                                 ", max abs diff ", v.max_abs_diff, ", first at ",
-                                 IndexString(ia->shape, v.first_index));
-        }
-      }
+    if (absl::Status s = CompareTensors(**a, *ia, **b, *ib, tolerant, atol, rtol, &change); !s.ok()) {
+      return Error(s);
     }
     if (change.contains("kind")) {
       changed.push_back(change);

@@ -238,6 +238,31 @@ absl::Status CopyBundle(ckptd::FileSystem* fs, const ckptd::BundleReader& source
   return absl::OkStatus();
 }
 
+// Writes the step into `temp`: the source's tensors (a TF bundle `source`, else the
+// safetensors `files`), checked as written (every checksum of the new step), then
+// ckptd.json last, whose directory sync makes every file above durable.
+absl::Status WriteImportedStep(ckptd::FileSystem* fs, ckptd::BundleReader* source,
+                               const std::vector<std::string>& files, const std::string& temp,
+                               absl::Time started, ckptd::CheckpointMeta* meta, Progress* shown) {
+  if (source == nullptr) {
+    ASSIGN_OR_RETURN(std::string index, WriteFromSafetensors(fs, files, temp, meta, shown));
+    RETURN_IF_ERROR(fs->WriteFileAtomically(ckptd::IndexPath(ckptd::CheckpointStore::Prefix(temp)), index));
+  } else {
+    RETURN_IF_ERROR(CopyBundle(fs, *source, temp, meta, shown));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ckptd::BundleReader> written,
+                   ckptd::BundleReader::Open(fs, ckptd::CheckpointStore::Prefix(temp)));
+  std::vector<std::string> problems;
+  int64_t bytes = 0;
+  written->VerifyAll(&problems, &bytes);
+  if (!problems.empty())
+    return absl::DataLossError(absl::StrCat("the copy does not verify: ", problems.front()));
+  meta->created_unix = absl::ToUnixSeconds(absl::Now());
+  meta->commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  for (const auto& h : meta->hosts) meta->bytes_per_host.push_back(h.bytes);
+  return fs->WriteFileAtomically(ckptd::JoinPath(temp, ckptd::kCheckpointMetaFile), meta->ToJson());
+}
+
 }  // namespace
 
 int Import(const Context& ctx, const std::string& src, const std::string& run_dir_arg, int64_t step,
@@ -287,32 +312,8 @@ int Import(const Context& ctx, const std::string& src, const std::string& run_di
   absl::Status s =
       store.BeginStep(run, step, ".import", 0755, ckptd::CheckpointStore::Begin::kFresh).status();
   Progress* shown = quiet || as_json ? nullptr : &progress;
-  if (s.ok() && safetensors) {
-    auto index = WriteFromSafetensors(fs, files, temp, &meta, shown);
-    s = index.ok() ? fs->WriteFileAtomically(ckptd::IndexPath(ckptd::CheckpointStore::Prefix(temp)), *index)
-                   : index.status();
-  } else if (s.ok()) {
-    s = CopyBundle(fs, *source, temp, &meta, shown);
-  }
-  // What is published is checked as written: every checksum of the new step.
-  if (s.ok()) {
-    auto written = ckptd::BundleReader::Open(fs, ckptd::CheckpointStore::Prefix(temp));
-    s = written.status();
-    if (s.ok()) {
-      std::vector<std::string> problems;
-      int64_t bytes = 0;
-      (*written)->VerifyAll(&problems, &bytes);
-      if (!problems.empty())
-        s = absl::DataLossError(absl::StrCat("the copy does not verify: ", problems.front()));
-    }
-  }
-  if (s.ok()) {
-    meta.created_unix = absl::ToUnixSeconds(absl::Now());
-    meta.commit_seconds = absl::ToDoubleSeconds(absl::Now() - started);
-    for (const auto& h : meta.hosts) meta.bytes_per_host.push_back(h.bytes);
-    // Written last: its directory sync also makes every file above durable in `temp`.
-    s = fs->WriteFileAtomically(ckptd::JoinPath(temp, ckptd::kCheckpointMetaFile), meta.ToJson());
-  }
+  if (s.ok())
+    s = WriteImportedStep(fs, safetensors ? nullptr : source.get(), files, temp, started, &meta, shown);
   bool renamed = false;
   if (s.ok()) s = store.PublishStep(temp, run, step, /*sync_contents=*/false, &renamed);
   if (!s.ok()) {

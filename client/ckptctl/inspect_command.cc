@@ -87,6 +87,45 @@ json NumberJson(int dtype, double v) {
 
 // inspect --values NAME: the tensor's elements, numpy-style (summarized beyond 1000
 // elements, as numpy prints), or every one of them in JSON.
+// The elements at every index tuple of `axes` (row-major), as text and JSON: from
+// `strings` or `numbers` (the whole tensor, flat) or, summarized, read one by one.
+absl::Status ShownValues(BundleReader& reader, const ckptd::TensorInfo& info,
+                         const std::vector<std::string>& strings, const std::vector<double>& numbers,
+                         const std::vector<std::vector<int64_t>>& axes, bool summarize,
+                         std::vector<std::string>* shown, std::vector<json>* shown_json) {
+  const size_t rank = info.shape.size();
+  std::vector<size_t> at(rank, 0);
+  ckptd::Box one{ckptd::Shape(rank, 0), ckptd::Shape(rank, 1)};
+  std::string element(static_cast<size_t>(ckptd::DataTypeSize(info.dtype)), '\0');
+  while (true) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      one.start[d] = axes[d][at[d]];
+      flat = flat * info.shape[d] + one.start[d];
+    }
+    const auto index = static_cast<size_t>(flat);
+    if (info.dtype == ckptd::kString) {
+      shown->push_back(ckptd::FormatBytes(strings[index]));
+      shown_json->push_back(strings[index]);
+    } else {
+      double v;
+      if (summarize) {
+        std::vector<double> single;
+        RETURN_IF_ERROR(reader.ReadBox(info, one, element.data()));
+        RETURN_IF_ERROR(ckptd::ElementsAsDouble(info.dtype, element.data(), 1, &single));
+        v = single[0];
+      } else {
+        v = numbers[index];
+      }
+      shown->push_back(ckptd::FormatNumber(info.dtype, v));
+      shown_json->push_back(NumberJson(info.dtype, v));
+    }
+    size_t d = rank;  // the next index tuple, row-major
+    while (d > 0 && ++at[d - 1] == axes[d - 1].size()) at[--d] = 0;
+    if (d == 0) return absl::OkStatus();
+  }
+}
+
 int PrintValues(BundleReader& reader, const std::string& name, bool as_json) {
   auto info = reader.Lookup(name);
   if (!info.ok()) return Error(info.status());
@@ -122,9 +161,6 @@ int PrintValues(BundleReader& reader, const std::string& name, bool as_json) {
     });
     if (!s.ok()) return Error(s);
   }
-  std::vector<std::string> shown;
-  std::vector<json> shown_json;
-  const size_t rank = info->shape.size();
   std::vector<std::vector<int64_t>> axes;
   for (int64_t d : info->shape) {
     std::vector<int64_t> all(static_cast<size_t>(d));
@@ -133,36 +169,13 @@ int PrintValues(BundleReader& reader, const std::string& name, bool as_json) {
   }
   bool empty = false;
   for (const auto& a : axes) empty = empty || a.empty();
-  std::vector<size_t> at(rank, 0);
-  ckptd::Box one{ckptd::Shape(rank, 0), ckptd::Shape(rank, 1)};
-  std::string element(static_cast<size_t>(ckptd::DataTypeSize(info->dtype)), '\0');
-  while (!empty) {
-    int64_t flat = 0;
-    for (size_t d = 0; d < rank; ++d) {
-      one.start[d] = axes[d][at[d]];
-      flat = flat * info->shape[d] + one.start[d];
+  std::vector<std::string> shown;
+  std::vector<json> shown_json;
+  if (!empty) {
+    if (absl::Status s = ShownValues(reader, *info, strings, numbers, axes, summarize, &shown, &shown_json);
+        !s.ok()) {
+      return Error(s);
     }
-    const auto index = static_cast<size_t>(flat);
-    if (is_string) {
-      shown.push_back(ckptd::FormatBytes(strings[index]));
-      shown_json.push_back(strings[index]);
-    } else {
-      double v;
-      if (summarize) {
-        std::vector<double> single;
-        absl::Status s = reader.ReadBox(*info, one, element.data());
-        if (s.ok()) s = ckptd::ElementsAsDouble(info->dtype, element.data(), 1, &single);
-        if (!s.ok()) return Error(s);
-        v = single[0];
-      } else {
-        v = numbers[index];
-      }
-      shown.push_back(ckptd::FormatNumber(info->dtype, v));
-      shown_json.push_back(NumberJson(info->dtype, v));
-    }
-    size_t d = rank;  // the next index tuple, row-major
-    while (d > 0 && ++at[d - 1] == axes[d - 1].size()) at[--d] = 0;
-    if (d == 0) break;
   }
   if (as_json) {
     size_t next = 0;
@@ -247,6 +260,64 @@ absl::StatusOr<std::map<std::string, std::map<std::string, std::string>>> Traine
 
 // --- inspect ----------------------------------------------------------------------
 
+namespace {
+
+// One tensor of inspect: its entry in *entries (JSON), or its lines printed.
+absl::Status InspectTensor(BundleReader& reader, const std::string& name,
+                           const std::map<std::string, std::string>& layouts, const InspectOptions& options,
+                           bool as_json, json* entries) {
+  auto info = reader.Lookup(name);
+  if (!info.ok()) return info.status();
+  const ckptd::tf::BundleEntryProto& e = *reader.Find(name);
+  json j = {{"key", name},          {"dtype", ckptd::DataTypeName(info->dtype)},
+            {"shape", info->shape}, {"shard", e.shard_id()},
+            {"offset", e.offset()}, {"size", e.size()}};
+  if (e.slices_size() > 0) {
+    json slices = json::array();
+    for (const ckptd::SavedPiece& p : info->pieces) {
+      slices.push_back({{"slice", p.box.ToSliceString(info->shape)},
+                        {"shard", p.entry.shard_id()},
+                        {"offset", p.entry.offset()},
+                        {"size", p.entry.size()}});
+    }
+    j["slices"] = slices;
+  }
+  const auto layout = layouts.find(name);
+  if (layout != layouts.end()) j["layout"] = layout->second;
+  std::optional<ckptd::TensorStats> stats;
+  if (options.stats && ckptd::IsRealNumeric(info->dtype)) {
+    auto computed = Stats(reader, *info);
+    if (!computed.ok()) return computed.status();
+    stats = *computed;
+    j["stats"] = StatsJson(*stats);
+  }
+  if (as_json) {
+    entries->push_back(j);
+    return absl::OkStatus();
+  }
+  int64_t bytes = 0;
+  for (const ckptd::SavedPiece& p : info->pieces) bytes += p.entry.size();
+  std::printf("  %-60s %-9s %-20s %12lld bytes", name.c_str(), ckptd::DataTypeName(info->dtype).c_str(),
+              ShapeString(info->shape).c_str(), static_cast<long long>(bytes));
+  if (e.slices_size() == 0) {
+    std::printf("  shard %d\n", e.shard_id());
+  } else {
+    std::printf("  %zu slices\n", info->pieces.size());
+  }
+  if (stats) std::printf("      %s\n", StatsText(info->dtype, *stats).c_str());
+  if (layout != layouts.end()) std::printf("      layout %s\n", layout->second.c_str());
+  if (e.slices_size() > 0) {
+    for (const ckptd::SavedPiece& p : info->pieces) {
+      std::printf("      slice %-28s shard %d offset %lld size %lld\n",
+                  p.box.ToSliceString(info->shape).c_str(), p.entry.shard_id(),
+                  static_cast<long long>(p.entry.offset()), static_cast<long long>(p.entry.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int Inspect(const Context& ctx, const std::string& arg, const std::string& pattern, bool as_json,
             const InspectOptions& options) {
   std::string prefix;
@@ -278,52 +349,8 @@ int Inspect(const Context& ctx, const std::string& arg, const std::string& patte
     if (!part.elsewhere.empty()) std::printf("note: %s\n", part.Note(prefix).c_str());
   }
   for (const std::string& name : *names) {
-    auto info = (*reader)->Lookup(name);
-    if (!info.ok()) return Error(info.status());
-    const ckptd::tf::BundleEntryProto& e = *(*reader)->Find(name);
-    json j = {{"key", name},          {"dtype", ckptd::DataTypeName(info->dtype)},
-              {"shape", info->shape}, {"shard", e.shard_id()},
-              {"offset", e.offset()}, {"size", e.size()}};
-    if (e.slices_size() > 0) {
-      json slices = json::array();
-      for (const ckptd::SavedPiece& p : info->pieces) {
-        slices.push_back({{"slice", p.box.ToSliceString(info->shape)},
-                          {"shard", p.entry.shard_id()},
-                          {"offset", p.entry.offset()},
-                          {"size", p.entry.size()}});
-      }
-      j["slices"] = slices;
-    }
-    const auto layout = layouts.find(name);
-    if (layout != layouts.end()) j["layout"] = layout->second;
-    std::optional<ckptd::TensorStats> stats;
-    if (options.stats && ckptd::IsRealNumeric(info->dtype)) {
-      auto computed = Stats(**reader, *info);
-      if (!computed.ok()) return Error(computed.status());
-      stats = *computed;
-      j["stats"] = StatsJson(*stats);
-    }
-    if (as_json) {
-      entries.push_back(j);
-      continue;
-    }
-    int64_t bytes = 0;
-    for (const ckptd::SavedPiece& p : info->pieces) bytes += p.entry.size();
-    std::printf("  %-60s %-9s %-20s %12lld bytes", name.c_str(), ckptd::DataTypeName(info->dtype).c_str(),
-                ShapeString(info->shape).c_str(), static_cast<long long>(bytes));
-    if (e.slices_size() == 0) {
-      std::printf("  shard %d\n", e.shard_id());
-    } else {
-      std::printf("  %zu slices\n", info->pieces.size());
-    }
-    if (stats) std::printf("      %s\n", StatsText(info->dtype, *stats).c_str());
-    if (layout != layouts.end()) std::printf("      layout %s\n", layout->second.c_str());
-    if (e.slices_size() > 0) {
-      for (const ckptd::SavedPiece& p : info->pieces) {
-        std::printf("      slice %-28s shard %d offset %lld size %lld\n",
-                    p.box.ToSliceString(info->shape).c_str(), p.entry.shard_id(),
-                    static_cast<long long>(p.entry.offset()), static_cast<long long>(p.entry.size()));
-      }
+    if (absl::Status s = InspectTensor(**reader, name, layouts, options, as_json, &entries); !s.ok()) {
+      return Error(s);
     }
   }
   if (as_json) {

@@ -62,6 +62,98 @@ int Fail(const std::string& what, const absl::Status& s) {
   return 1;
 }
 
+// The global model: rows scale with --model-mib; 1024-wide rows.
+std::vector<TensorSpec> ModelSpecs(int trainers, int64_t scale_mib) {
+  const int64_t unit = std::max<int64_t>(trainers, scale_mib * 32 / trainers * trainers);
+  return {
+      {"embedding", ckptd::kDtFloat, 4, {unit * 4, 1024}},        // 1/2 of the bytes, row-sharded
+      {"dense/kernel", ckptd::kDtBfloat16, 2, {unit * 4, 1024}},  // 1/4, column-sharded
+      {"optimizer/m", ckptd::kDtFloat, 4, {unit * 2, 1024}},      // 1/4, halves replicated on 2 trainers
+      {"dense/bias", ckptd::kDtFloat, 4, {1024}},                 // fully replicated
+      {"global_step", ckptd::kDtInt64, 8, {}},                    // replicated scalar
+  };
+}
+
+// A box: (start, length).
+using BoxOf = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
+
+// The box of tensor `i` that `trainer` saves.
+BoxOf SaveBox(const TensorSpec& t, size_t i, int trainer, int trainers) {
+  switch (i) {
+    case 0: {
+      const int64_t rows = t.shape[0] / trainers;
+      return {{trainer * rows, 0}, {rows, t.shape[1]}};
+    }
+    case 1: {
+      const int64_t cols = t.shape[1] / trainers;
+      return {{0, trainer * cols}, {t.shape[0], cols}};
+    }
+    case 2: {
+      const int64_t rows = t.shape[0] / 2;
+      return {{(trainer % 2) * rows, 0}, {rows, t.shape[1]}};
+    }
+    case 3:
+      return {{0}, {t.shape[0]}};
+    default:
+      return {{}, {}};
+  }
+}
+
+// The box of tensor `i` that `trainer` restores, in another partition: the
+// embedding by column quarters (each box spans every saved row slab), the kernel by
+// row blocks, the rest whole.
+BoxOf RestoreBox(const TensorSpec& t, size_t i, int trainer, int trainers) {
+  if (i == 0) {
+    const int64_t cols = t.shape[1] / trainers;
+    return {{0, ((trainer + 1) % trainers) * cols}, {t.shape[0], cols}};
+  }
+  if (i == 1) {
+    const int64_t rows = t.shape[0] / trainers;
+    return {{((trainer + 1) % trainers) * rows, 0}, {rows, t.shape[1]}};
+  }
+  return {std::vector<int64_t>(t.shape.size(), 0), t.shape};
+}
+
+struct SaveTotals {
+  double max_stall = 0, total_wait = 0, save_seconds = 0;
+  int64_t bytes_sent = 0;
+};
+
+// Saves steps 1..steps of this trainer's boxes, waiting for each to commit; on an
+// error *failed_at says which call failed.
+absl::StatusOr<SaveTotals> SaveSteps(ckptd::Client& client, const std::string& run, int steps,
+                                     const std::vector<TensorSpec>& specs, int trainer, int trainers,
+                                     std::string* failed_at) {
+  SaveTotals totals;
+  std::vector<std::string> buffers(specs.size());
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<ckptd::TensorShard> shards;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      auto [start, length] = SaveBox(specs[i], i, trainer, trainers);
+      buffers[i].resize(BoxBytes(specs[i], length));
+      FillBox(specs[i], step, start, length, buffers[i].data());
+      shards.push_back({specs[i].name, specs[i].dtype, specs[i].shape, start, length, buffers[i].data(),
+                        buffers[i].size()});
+      totals.bytes_sent += static_cast<int64_t>(buffers[i].size());
+    }
+    const absl::Time t0 = absl::Now();
+    auto saved = client.Save(run, step, trainer, trainers, shards);
+    if (!saved.ok()) {
+      *failed_at = absl::StrCat("save step ", step);
+      return saved.status();
+    }
+    totals.max_stall = std::max(totals.max_stall, absl::ToDoubleSeconds(absl::Now() - t0));
+    const absl::Time t1 = absl::Now();
+    if (absl::Status s = client.Wait(run, step); !s.ok()) {
+      *failed_at = absl::StrCat("wait step ", step);
+      return s;
+    }
+    totals.total_wait += absl::ToDoubleSeconds(absl::Now() - t1);
+    totals.save_seconds += absl::ToDoubleSeconds(absl::Now() - t0);  // Save + Wait, not data generation
+  }
+  return totals;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,83 +172,20 @@ int main(int argc, char** argv) {
     std::cerr << "demo-trainer: need an even --trainer-count >= 2 and 0 <= --trainer-id < count\n";
     return 2;
   }
-
-  // Global model: rows scale with --model-mib; 1024-wide rows.
-  const int64_t unit = std::max<int64_t>(trainers, scale_mib * 32 / trainers * trainers);
-  std::vector<TensorSpec> specs = {
-      {"embedding", ckptd::kDtFloat, 4, {unit * 4, 1024}},        // 1/2 of the bytes, row-sharded
-      {"dense/kernel", ckptd::kDtBfloat16, 2, {unit * 4, 1024}},  // 1/4, column-sharded
-      {"optimizer/m", ckptd::kDtFloat, 4, {unit * 2, 1024}},      // 1/4, halves replicated on 2 trainers
-      {"dense/bias", ckptd::kDtFloat, 4, {1024}},                 // fully replicated
-      {"global_step", ckptd::kDtInt64, 8, {}},                    // replicated scalar
-  };
-  // This trainer's boxes for each tensor.
-  auto boxes_for = [&](size_t i) -> std::pair<std::vector<int64_t>, std::vector<int64_t>> {
-    const TensorSpec& t = specs[i];
-    switch (i) {
-      case 0: {
-        const int64_t rows = t.shape[0] / trainers;
-        return {{trainer * rows, 0}, {rows, t.shape[1]}};
-      }
-      case 1: {
-        const int64_t cols = t.shape[1] / trainers;
-        return {{0, trainer * cols}, {t.shape[0], cols}};
-      }
-      case 2: {
-        const int64_t rows = t.shape[0] / 2;
-        return {{(trainer % 2) * rows, 0}, {rows, t.shape[1]}};
-      }
-      case 3:
-        return {{0}, {t.shape[0]}};
-      default:
-        return {{}, {}};
-    }
-  };
-
+  const std::vector<TensorSpec> specs = ModelSpecs(trainers, scale_mib);
   auto client = ckptd::Client::Connect(address, absl::Seconds(30));
   if (!client.ok()) return Fail("connect", client.status());
-
-  std::vector<std::string> buffers(specs.size());
-  double max_stall = 0, total_wait = 0, save_seconds = 0;
-  int64_t bytes_sent = 0;
-  for (int step = 1; step <= steps; ++step) {
-    std::vector<ckptd::TensorShard> shards;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      auto [start, length] = boxes_for(i);
-      buffers[i].resize(BoxBytes(specs[i], length));
-      FillBox(specs[i], step, start, length, buffers[i].data());
-      shards.push_back({specs[i].name, specs[i].dtype, specs[i].shape, start, length, buffers[i].data(),
-                        buffers[i].size()});
-      bytes_sent += static_cast<int64_t>(buffers[i].size());
-    }
-    const absl::Time t0 = absl::Now();
-    auto saved = (*client)->Save(run, step, trainer, trainers, shards);
-    if (!saved.ok()) return Fail(absl::StrCat("save step ", step), saved.status());
-    max_stall = std::max(max_stall, absl::ToDoubleSeconds(absl::Now() - t0));
-    const absl::Time t1 = absl::Now();
-    if (absl::Status s = (*client)->Wait(run, step); !s.ok())
-      return Fail(absl::StrCat("wait step ", step), s);
-    total_wait += absl::ToDoubleSeconds(absl::Now() - t1);
-    save_seconds += absl::ToDoubleSeconds(absl::Now() - t0);  // Save + Wait, not data generation
-  }
+  std::string failed_at;
+  absl::StatusOr<SaveTotals> saved = SaveSteps(**client, run, steps, specs, trainer, trainers, &failed_at);
+  if (!saved.ok()) return Fail(failed_at, saved.status());
   if (absl::Status s = (*client)->Barrier(run, trainer, trainers); !s.ok()) return Fail("barrier", s);
 
-  // Restore the newest step in another partition: embedding by column quarters (each
-  // box spans every saved row slab), the kernel by row blocks, the rest whole.
   std::vector<ckptd::RestoreTarget> targets;
   std::vector<std::string> restored(specs.size());
-  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> want(specs.size());
+  std::vector<BoxOf> want(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& t = specs[i];
-    if (i == 0) {
-      const int64_t cols = t.shape[1] / trainers;
-      want[i] = {{0, ((trainer + 1) % trainers) * cols}, {t.shape[0], cols}};
-    } else if (i == 1) {
-      const int64_t rows = t.shape[0] / trainers;
-      want[i] = {{((trainer + 1) % trainers) * rows, 0}, {rows, t.shape[1]}};
-    } else {
-      want[i] = {std::vector<int64_t>(t.shape.size(), 0), t.shape};
-    }
+    want[i] = RestoreBox(t, i, trainer, trainers);
     restored[i].resize(BoxBytes(t, want[i].second));
     targets.push_back(
         {t.name, t.dtype, t.shape, want[i].first, want[i].second, restored[i].data(), restored[i].size()});
@@ -180,7 +209,8 @@ int main(int argc, char** argv) {
       "{\"trainer\": %d, \"steps\": %d, \"restored_step\": %lld, \"bytes_saved\": %lld, "
       "\"bytes_restored\": %lld, \"max_stall_s\": %.4f, \"wait_s\": %.4f, \"save_s\": %.4f, "
       "\"restore_s\": %.4f, \"bytes_equal\": true}\n",
-      trainer, steps, static_cast<long long>(*step), static_cast<long long>(bytes_sent),
-      static_cast<long long>(bytes_restored), max_stall, total_wait, save_seconds, restore_seconds);
+      trainer, steps, static_cast<long long>(*step), static_cast<long long>(saved->bytes_sent),
+      static_cast<long long>(bytes_restored), saved->max_stall, saved->total_wait, saved->save_seconds,
+      restore_seconds);
   return 0;
 }

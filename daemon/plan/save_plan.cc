@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/layout/mesh.h"
@@ -59,6 +60,64 @@ absl::StatusOr<std::string> CheckMeshCoverage(const std::vector<TrainerDevices>&
   return mesh.ToString();
 }
 
+namespace {
+
+// A box to give a writer: its bytes, where it is in the plan, and the shards of that
+// box in the sorted shards (who holds a copy).
+struct Assignment {
+  int64_t bytes;
+  size_t tensor;
+  size_t box;
+  size_t holders_begin, holders_end;
+};
+
+// The shards of one tensor agree with `first` (the first received, lowest address) on
+// dtype and shape, and each box lies in the shape; *layout: the first saved with a
+// layout, which gives the sharding specs (null if none).
+absl::Status CheckShardsAgree(absl::Span<const ShardRef* const> shards, const ShardRef& first,
+                              const ShardRef** layout) {
+  for (const ShardRef* shard : shards) {
+    const ShardRef& s = *shard;
+    if (first.dtype != s.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", s.name, "': dtype ", DataTypeName(first.dtype), " on trainer ",
+                       first.trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
+    }
+    if (first.shape != s.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", s.name, "': shape ", ShapeString(first.shape), " on trainer ",
+                       first.trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
+    }
+    if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));
+    }
+    if (s.has_layout && (*layout == nullptr || &s < *layout)) *layout = &s;
+  }
+  return absl::OkStatus();
+}
+
+// Largest boxes first, each to the least-loaded host that holds a copy (the lowest
+// rank among equals): the classic greedy bound keeps the busiest host within one box
+// of the mean when replicas allow.
+void AssignWriters(const std::vector<const ShardRef*>& sorted, std::vector<Assignment>& order,
+                   SavePlan* plan) {
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Assignment& a, const Assignment& b) { return a.bytes > b.bytes; });
+  for (const Assignment& a : order) {
+    PlannedBox& pb = plan->tensors[a.tensor].boxes[a.box];
+    int best = sorted[a.holders_begin]->host;
+    for (size_t k = a.holders_begin; k < a.holders_end; ++k) {
+      const int h = sorted[k]->host;
+      if (std::make_pair(plan->bytes_per_host[h], h) < std::make_pair(plan->bytes_per_host[best], best))
+        best = h;
+    }
+    pb.writer = best;
+    plan->bytes_per_host[best] += pb.bytes;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int num_hosts) {
   std::map<int, int> host_of_trainer;
   for (const ShardRef& s : shards) {
@@ -82,12 +141,6 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
 
   SavePlan plan;
   plan.bytes_per_host.assign(num_hosts, 0);
-  struct Assignment {
-    int64_t bytes;
-    size_t tensor;
-    size_t box;
-    size_t holders_begin, holders_end;  // the shards of that box in `sorted`: who holds a copy
-  };
   std::vector<Assignment> order;
   // Sized up front: growing them by doubling moved every tensor already planned (into
   // newly faulted memory) about twice over.
@@ -97,27 +150,10 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
   order.reserve(sorted.size());  // at most one box per shard
   for (size_t begin = 0, end = 0; begin < sorted.size(); begin = end) {
     while (end < sorted.size() && sorted[end]->name == sorted[begin]->name) ++end;
-    // The first shard received (lowest address) fixes dtype and shape; the first saved
-    // with a layout gives the sharding specs.
     const ShardRef* first = *std::min_element(sorted.begin() + begin, sorted.begin() + end);
     const ShardRef* layout = nullptr;
-    for (size_t k = begin; k < end; ++k) {
-      const ShardRef& s = *sorted[k];
-      if (first->dtype != s.dtype) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", s.name, "': dtype ", DataTypeName(first->dtype), " on trainer ",
-                         first->trainer, " but ", DataTypeName(s.dtype), " on trainer ", s.trainer));
-      }
-      if (first->shape != s.shape) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", s.name, "': shape ", ShapeString(first->shape), " on trainer ",
-                         first->trainer, " but ", ShapeString(s.shape), " on trainer ", s.trainer));
-      }
-      if (absl::Status st = CheckBoxInShape(s.box, s.shape); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", s.name, "': ", st.message()));
-      }
-      if (s.has_layout && (layout == nullptr || &s < layout)) layout = &s;
-    }
+    RETURN_IF_ERROR(
+        CheckShardsAgree(absl::MakeConstSpan(sorted).subspan(begin, end - begin), *first, &layout));
     PlannedTensor t;
     t.name = first->name;
     t.dtype = first->dtype;
@@ -147,22 +183,7 @@ absl::StatusOr<SavePlan> MakeSavePlan(const std::vector<ShardRef>& shards, int n
     plan.tensors.push_back(std::move(t));
   }
 
-  // Largest boxes first, each to the least-loaded host that holds a copy (the lowest
-  // rank among equals): the classic greedy bound keeps the busiest host within one box
-  // of the mean when replicas allow.
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Assignment& a, const Assignment& b) { return a.bytes > b.bytes; });
-  for (const Assignment& a : order) {
-    PlannedBox& pb = plan.tensors[a.tensor].boxes[a.box];
-    int best = sorted[a.holders_begin]->host;
-    for (size_t k = a.holders_begin; k < a.holders_end; ++k) {
-      const int h = sorted[k]->host;
-      if (std::make_pair(plan.bytes_per_host[h], h) < std::make_pair(plan.bytes_per_host[best], best))
-        best = h;
-    }
-    pb.writer = best;
-    plan.bytes_per_host[best] += pb.bytes;
-  }
+  AssignWriters(sorted, order, &plan);
   return plan;
 }
 

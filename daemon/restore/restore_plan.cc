@@ -103,17 +103,26 @@ absl::Status ReadPlan(BundleReader& reader, const RestorePlan& plan, const std::
   return ReadPlanItems(reader, plan, outputs, threads, 0, plan.items.size());
 }
 
-absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
-                           int threads, size_t begin, size_t end,
-                           const std::function<void(size_t item)>& on_item_read) {
-  if (outputs.size() != plan.items.size() || begin > end || end > plan.items.size()) {
-    return absl::InternalError(absl::StrCat("ReadPlanItems: ", outputs.size(), " outputs for ",
-                                            plan.items.size(), " items, range [", begin, ", ", end, ")"));
-  }
-  const auto items = absl::MakeConstSpan(plan.items).subspan(begin, end - begin);
-  // Every data file these items read is opened first: the files stay readable whatever
-  // happens to the directory meanwhile (retention), and a missing one fails before any
-  // read. Only those: on local disks the other hosts' files are not here.
+namespace {
+
+// One box of one item, and where its bytes go.
+struct BoxRead {
+  const RestoreItem* item;
+  const Box* box;
+  char* out;
+};
+
+// Neighbouring small entries of one data file, read with one request.
+struct ReadBatch {
+  uint64_t offset = 0, span = 0;
+  std::vector<BundleReader::EntryRead> entries;
+  std::vector<size_t> reads;  // what it reads; the first is where its failure is reported
+};
+
+// Opens every data file `items` read first: the files stay readable whatever happens
+// to the directory meanwhile (retention), and a missing one fails before any read.
+// Only those: on local disks the other hosts' files are not here.
+absl::Status OpenDataFilesOf(BundleReader& reader, absl::Span<const RestoreItem> items) {
   std::set<int> shards;
   for (const RestoreItem& item : items) {
     for (const Box& box : item.boxes) {
@@ -123,12 +132,68 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     }
   }
   for (int shard : shards) RETURN_IF_ERROR(reader.OpenDataFile(shard));
-  struct Read {
-    const RestoreItem* item;
-    const Box* box;
-    char* out;
+  return absl::OkStatus();
+}
+
+// The batches of `reads` (marked in *batched); the others are read box by box.
+std::vector<ReadBatch> BatchSmallReads(const std::vector<BoxRead>& reads, std::vector<bool>* batched) {
+  // Small boxes that are each one whole saved piece in the restore's own dtype are
+  // read in batches of neighbours in their data file, one request per batch: with
+  // many small tensors the requests, not the bytes, are the cost.
+  constexpr uint64_t kSmallEntry = 256 << 10, kMaxGap = 64 << 10, kMaxBatch = 8 << 20;
+  struct Small {
+    size_t read;
+    const SavedPiece* piece;
   };
-  std::vector<Read> reads;
+  std::vector<Small> small;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const BoxRead& r = reads[i];
+    if (r.item->dtype != r.item->info.dtype) continue;
+    // The piece ReadBox would read first: it reads this one alone, straight into place.
+    for (const SavedPiece& piece : r.item->info.pieces) {
+      if (!PieceHolds(piece, *r.box)) continue;
+      if (piece.box == *r.box && static_cast<uint64_t>(piece.entry.size()) <= kSmallEntry) {
+        small.push_back({i, &piece});
+        (*batched)[i] = true;
+      }
+      break;
+    }
+  }
+  absl::c_sort(small, [](const Small& a, const Small& b) {
+    return std::make_pair(a.piece->entry.shard_id(), a.piece->entry.offset()) <
+           std::make_pair(b.piece->entry.shard_id(), b.piece->entry.offset());
+  });
+  std::vector<ReadBatch> batches;
+  for (const Small& one : small) {
+    const tf::BundleEntryProto& entry = one.piece->entry;
+    const uint64_t begin = static_cast<uint64_t>(entry.offset()), end = begin + entry.size();
+    ReadBatch* last = batches.empty() ? nullptr : &batches.back();
+    const bool joins = last != nullptr && last->entries.front().entry->shard_id() == entry.shard_id() &&
+                       begin >= last->offset + last->span && begin - (last->offset + last->span) <= kMaxGap &&
+                       end - last->offset <= kMaxBatch;
+    if (!joins) {
+      batches.push_back({.offset = begin, .span = 0, .entries = {}, .reads = {}});
+      last = &batches.back();
+    }
+    last->span = end - last->offset;
+    last->entries.push_back({.label = one.piece->label, .entry = &entry, .dst = reads[one.read].out});
+    last->reads.push_back(one.read);
+  }
+  return batches;
+}
+
+}  // namespace
+
+absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const std::vector<char*>& outputs,
+                           int threads, size_t begin, size_t end,
+                           const std::function<void(size_t item)>& on_item_read) {
+  if (outputs.size() != plan.items.size() || begin > end || end > plan.items.size()) {
+    return absl::InternalError(absl::StrCat("ReadPlanItems: ", outputs.size(), " outputs for ",
+                                            plan.items.size(), " items, range [", begin, ", ", end, ")"));
+  }
+  const auto items = absl::MakeConstSpan(plan.items).subspan(begin, end - begin);
+  RETURN_IF_ERROR(OpenDataFilesOf(reader, items));
+  std::vector<BoxRead> reads;
   // Reads of each item not yet done, for on_item_read.
   std::vector<std::atomic<size_t>> unread(end - begin);
   for (size_t i = begin; i < end; ++i) {
@@ -145,54 +210,8 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     const size_t item = static_cast<size_t>(reads[read].item - plan.items.data());
     if (unread[item - begin].fetch_sub(1) == 1 && on_item_read) on_item_read(item);
   };
-  // Small boxes that are each one whole saved piece in the restore's own dtype are
-  // read in batches of neighbours in their data file, one request per batch: with
-  // many small tensors the requests, not the bytes, are the cost.
-  constexpr uint64_t kSmallEntry = 256 << 10, kMaxGap = 64 << 10, kMaxBatch = 8 << 20;
-  struct Small {
-    size_t read;
-    const SavedPiece* piece;
-  };
-  std::vector<Small> small;
   std::vector<bool> batched(reads.size(), false);
-  for (size_t i = 0; i < reads.size(); ++i) {
-    const Read& r = reads[i];
-    if (r.item->dtype != r.item->info.dtype) continue;
-    // The piece ReadBox would read first: it reads this one alone, straight into place.
-    for (const SavedPiece& piece : r.item->info.pieces) {
-      if (!PieceHolds(piece, *r.box)) continue;
-      if (piece.box == *r.box && static_cast<uint64_t>(piece.entry.size()) <= kSmallEntry) {
-        small.push_back({i, &piece});
-        batched[i] = true;
-      }
-      break;
-    }
-  }
-  absl::c_sort(small, [](const Small& a, const Small& b) {
-    return std::make_pair(a.piece->entry.shard_id(), a.piece->entry.offset()) <
-           std::make_pair(b.piece->entry.shard_id(), b.piece->entry.offset());
-  });
-  struct Batch {
-    uint64_t offset = 0, span = 0;
-    std::vector<BundleReader::EntryRead> entries;
-    std::vector<size_t> reads;  // what it reads; the first is where its failure is reported
-  };
-  std::vector<Batch> batches;
-  for (const Small& one : small) {
-    const tf::BundleEntryProto& entry = one.piece->entry;
-    const uint64_t begin = static_cast<uint64_t>(entry.offset()), end = begin + entry.size();
-    Batch* last = batches.empty() ? nullptr : &batches.back();
-    const bool joins = last != nullptr && last->entries.front().entry->shard_id() == entry.shard_id() &&
-                       begin >= last->offset + last->span && begin - (last->offset + last->span) <= kMaxGap &&
-                       end - last->offset <= kMaxBatch;
-    if (!joins) {
-      batches.push_back({.offset = begin, .span = 0, .entries = {}, .reads = {}});
-      last = &batches.back();
-    }
-    last->span = end - last->offset;
-    last->entries.push_back({.label = one.piece->label, .entry = &entry, .dst = reads[one.read].out});
-    last->reads.push_back(one.read);
-  }
+  const std::vector<ReadBatch> batches = BatchSmallReads(reads, &batched);
   // Work units: the batches, then every other read on its own.
   std::vector<size_t> singles;
   for (size_t i = 0; i < reads.size(); ++i) {
@@ -205,13 +224,13 @@ absl::Status ReadPlanItems(BundleReader& reader, const RestorePlan& plan, const 
     std::string stored;
     for (size_t u = next++; u < units; u = next++) {
       if (u < batches.size()) {
-        const Batch& batch = batches[u];
+        const ReadBatch& batch = batches[u];
         failures[batch.reads.front()] = reader.ReadEntries(batch.offset, batch.span, batch.entries);
         if (failures[batch.reads.front()].ok()) absl::c_for_each(batch.reads, read_done);
         continue;
       }
       const size_t i = singles[u - batches.size()];
-      const Read& r = reads[i];
+      const BoxRead& r = reads[i];
       const TensorInfo& info = r.item->info;
       if (r.item->dtype == info.dtype) {
         failures[i] = reader.ReadBox(info, *r.box, r.out);

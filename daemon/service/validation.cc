@@ -66,6 +66,84 @@ absl::StatusOr<Placement> ValidatePlacement(const std::string& mesh,
   return placement;
 }
 
+namespace {
+
+// One descriptor of a Save header, checked (its name against the `names` seen so
+// far) and turned into its boxes and byte count; `i` is its index, for messages.
+absl::StatusOr<CheckedTensor> CheckTensor(const v1::TensorDescriptor& t, int i, const Placement& placement,
+                                          absl::flat_hash_set<absl::string_view>* names) {
+  const std::string field = absl::StrCat("tensors[", i, "]");
+  if (t.name().empty() || t.name().size() > kMaxTensorNameLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
+  }
+  for (char c : t.name()) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
+    }
+  }
+  if (absl::StartsWith(t.name(), kReservedNamePrefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".name: the prefix '", kReservedNamePrefix, "' is reserved"));
+  }
+  if (!names->insert(t.name()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
+  }
+  if (!IsSupportedSaveType(t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", DataTypeName(t.dtype()), " (",
+                                                   t.dtype(), ") is not a supported type"));
+  }
+  if (t.shape_size() > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: rank ", t.shape_size(), " exceeds ", kMaxRank));
+  }
+  CheckedTensor c;
+  c.name = t.name();
+  c.dtype = t.dtype();
+  c.shape.assign(t.shape().begin(), t.shape().end());
+  int64_t elements = 0;
+  if (absl::Status s = CheckShape(c.shape, &elements); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".shape ('", t.name(), "'): ", s.message()));
+  }
+  if (t.has_layout()) {
+    if (t.has_box())
+      return absl::InvalidArgumentError(absl::StrCat(field, ": give a box or a layout, not both"));
+    c.has_layout = true;
+    c.sharding_specs.assign(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
+    auto boxes = DeviceBoxes(c.sharding_specs, c.shape, placement);
+    if (!boxes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".layout ('", t.name(), "'): ", boxes.status().message()));
+    }
+    c.boxes = std::move(*boxes);
+  } else {
+    Box box = BoxFromProto(t.box(), c.shape, t.has_box());
+    if (absl::Status s = CheckBoxInShape(box, c.shape); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): ", s.message()));
+    }
+    c.boxes.push_back(std::move(box));
+  }
+  if (t.has_device_memory()) {
+    if (c.has_layout) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": device_memory with a layout is not supported; ", "send one tensor per device box"));
+    }
+    ASSIGN_OR_RETURN(c.device_memory, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
+  }
+  const int64_t element_size = static_cast<int64_t>(DataTypeSize(c.dtype));
+  for (const Box& box : c.boxes) {
+    if (box.NumElements() > (INT64_MAX - c.bytes) / element_size) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): too many bytes"));
+    }
+    c.bytes += box.NumElements() * element_size;
+  }
+  return c;
+}
+
+}  // namespace
+
 absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& placement,
                                 std::vector<CheckedTensor>* out) {
   if (absl::Status s = ValidateRunName(header.run()); !s.ok()) return s;
@@ -89,74 +167,7 @@ absl::Status ValidateSaveHeader(const v1::SaveHeader& header, const Placement& p
   names.reserve(static_cast<size_t>(header.tensors_size()));
   out->reserve(out->size() + static_cast<size_t>(header.tensors_size()));
   for (int i = 0; i < header.tensors_size(); ++i) {
-    const v1::TensorDescriptor& t = header.tensors(i);
-    const std::string field = absl::StrCat("tensors[", i, "]");
-    if (t.name().empty() || t.name().size() > kMaxTensorNameLength) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".name: must be 1-", kMaxTensorNameLength, " bytes"));
-    }
-    for (char c : t.name()) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ".name: control characters (NUL, newline...) are not allowed"));
-      }
-    }
-    if (absl::StartsWith(t.name(), kReservedNamePrefix)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".name: the prefix '", kReservedNamePrefix, "' is reserved"));
-    }
-    if (!names.insert(t.name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".name: '", t.name(), "' appears twice in one request"));
-    }
-    if (!IsSupportedSaveType(t.dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", DataTypeName(t.dtype()), " (",
-                                                     t.dtype(), ") is not a supported type"));
-    }
-    if (t.shape_size() > kMaxRank) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".shape: rank ", t.shape_size(), " exceeds ", kMaxRank));
-    }
-    CheckedTensor c;
-    c.name = t.name();
-    c.dtype = t.dtype();
-    c.shape.assign(t.shape().begin(), t.shape().end());
-    int64_t elements = 0;
-    if (absl::Status s = CheckShape(c.shape, &elements); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".shape ('", t.name(), "'): ", s.message()));
-    }
-    if (t.has_layout()) {
-      if (t.has_box())
-        return absl::InvalidArgumentError(absl::StrCat(field, ": give a box or a layout, not both"));
-      c.has_layout = true;
-      c.sharding_specs.assign(t.layout().sharding_specs().begin(), t.layout().sharding_specs().end());
-      auto boxes = DeviceBoxes(c.sharding_specs, c.shape, placement);
-      if (!boxes.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ".layout ('", t.name(), "'): ", boxes.status().message()));
-      }
-      c.boxes = std::move(*boxes);
-    } else {
-      Box box = BoxFromProto(t.box(), c.shape, t.has_box());
-      if (absl::Status s = CheckBoxInShape(box, c.shape); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): ", s.message()));
-      }
-      c.boxes.push_back(std::move(box));
-    }
-    if (t.has_device_memory()) {
-      if (c.has_layout) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ": device_memory with a layout is not supported; ", "send one tensor per device box"));
-      }
-      ASSIGN_OR_RETURN(c.device_memory, CheckDeviceMemory(t.device_memory(), field + ".device_memory"));
-    }
-    const int64_t element_size = static_cast<int64_t>(DataTypeSize(c.dtype));
-    for (const Box& box : c.boxes) {
-      if (box.NumElements() > (INT64_MAX - c.bytes) / element_size) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".box ('", t.name(), "'): too many bytes"));
-      }
-      c.bytes += box.NumElements() * element_size;
-    }
+    ASSIGN_OR_RETURN(CheckedTensor c, CheckTensor(header.tensors(i), i, placement, &names));
     out->push_back(std::move(c));
   }
   return absl::OkStatus();

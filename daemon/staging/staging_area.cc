@@ -156,4 +156,10 @@ void StagingArea::Release(int64_t size, AlignedBytes pooled, int64_t capacity) {
   }
 }
 
+size_t StagedTensorCount(const std::vector<TrainerPayload>& payloads) {
+  size_t count = 0;
+  for (const TrainerPayload& p : payloads) count += p.tensors.size();
+  return count;
+}
+
 }  // namespace ckptd

@@ -85,6 +85,9 @@ struct TrainerPayload {
   std::vector<StagedTensor> tensors;
 };
 
+// How many tensors `payloads` staged, replicas included.
+size_t StagedTensorCount(const std::vector<TrainerPayload>& payloads);
+
 class StagingArea {
  public:
   explicit StagingArea(int64_t limit = INT64_MAX) : limit_(limit) {}

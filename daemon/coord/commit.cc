@@ -287,7 +287,6 @@ void Coordinator::Conclude(Attempt& attempt) {
         spdlog::warn("run '{}' step {}: {}", key.run, key.step, std::string(s.message()));
       }
     }
-    if (options_.drainer != nullptr && collective_->rank() == 0) drain_runs_.insert(key.run);
   } else {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
@@ -347,8 +346,7 @@ void Coordinator::ApplyRetention(const StepKey& key) {
   for (const StepKey& r : restoring_) {
     if (r.run == key.run) protect.insert(r.step);
   }
-  // The step being drained stays until the drain has it.
-  if (drain_seen_.seq() != 0 && drain_seen_.run() == key.run) protect.insert(drain_seen_.step());
+  for (const RoundParticipant* participant : participants_) participant->Protect(key.run, &protect);
   auto removed = store_->ApplyRetention(key.run, options_.keep_last, options_.keep_every_n_steps, protect,
                                         /*dry_run=*/false);
   if (!removed.ok()) {

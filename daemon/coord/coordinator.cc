@@ -40,6 +40,20 @@ absl::Status FromVote(const internal::Vote& v) {
 // Trainer ids 0..count-1: every trainer of a step learns its outcome.
 }  // namespace
 
+Coordinator::Coordinator(Collective* collective, StepRegistry* registry, CheckpointStore* store,
+                         CoordinatorOptions options)
+    : collective_(collective), registry_(registry), store_(store), options_(std::move(options)) {
+  if (options_.drainer != nullptr) {
+    AddParticipant(&drain_.emplace(DrainScheduleOptions{.rank = collective->rank(),
+                                                        .num_ranks = collective->size(),
+                                                        .source = store,
+                                                        .drain = options_.drain_store,
+                                                        .drainer = options_.drainer,
+                                                        .every_n_steps = options_.drain_every_n_steps,
+                                                        .keep_last = options_.drain_keep_last}));
+  }
+}
+
 absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   spdlog::info("coordinator: {} rank(s), commit timeout {}", collective_->size(),
                absl::FormatDuration(options_.commit_timeout));
@@ -48,18 +62,7 @@ absl::Status Coordinator::Run(const std::atomic<bool>& stop) {
   // that every rank still takes the same path through the protocol.
   collective_->SetExpiryHandler([this](const absl::Status& late) { OnExpiry(late); });
   collective_->SetStopCheck([&stop] { return stop.load(); }, options_.stop_grace);
-  if (options_.drainer != nullptr && collective_->rank() == 0) {
-    // Resumes what a stop or crash left undrained: each run's newest committed step.
-    absl::StatusOr<std::vector<std::string>> runs = store_->ListRuns();
-    if (runs.ok()) drain_runs_.insert(runs->begin(), runs->end());
-    // A crash between a drained step's rename and its state file leaves the state
-    // file behind; bring it up to date (temp directories stay: they may resume).
-    for (const std::string& run : options_.drain_store->ListRuns().value_or(std::vector<std::string>())) {
-      if (absl::Status s = options_.drain_store->WriteStateFile(run); !s.ok()) {
-        spdlog::warn("drain {}: run '{}': {}", options_.drain_store->root(), run, std::string(s.message()));
-      }
-    }
-  }
+  for (RoundParticipant* participant : participants_) participant->OnStart();
   absl::Duration idle_nap = absl::Microseconds(500);
   while (true) {
     bool stopping = false;
@@ -143,8 +146,7 @@ struct Coordinator::RoundTally {
   std::set<StepKey> restoring;
   std::vector<std::string> reports;  // every rank's status report, by rank
   bool stopping = false;
-  internal::DrainOrder drain_order;              // rank 0's
-  std::vector<internal::DrainProgress> drain{};  // every rank's, by rank
+  std::vector<internal::RoundState> states{};  // every rank's, by rank (for the participants)
 };
 
 internal::RoundState Coordinator::LocalRoundState(bool stop_requested, absl::Time now) {
@@ -155,16 +157,7 @@ internal::RoundState Coordinator::LocalRoundState(bool stop_requested, absl::Tim
     report_time_ = now;
   }
   mine.set_report(report_);
-  if (options_.drainer != nullptr) {
-    *mine.mutable_drain_order() = drain_order_;
-    const Drainer::Progress p = options_.drainer->Poll();
-    internal::DrainProgress* progress = mine.mutable_drain();
-    progress->set_seq(p.seq);
-    progress->set_done(p.done);
-    if (p.done && !p.status.ok()) progress->set_failure(Where(p.status).ToString());
-    progress->set_bytes(p.bytes);
-    progress->set_seconds(p.seconds);
-  }
+  for (RoundParticipant* participant : participants_) participant->AddToRound(&mine);
   for (const auto& [key, since] : first_seen_) {
     if (now - since > options_.commit_timeout) {
       internal::StepRef* e = mine.add_expired();
@@ -188,8 +181,6 @@ absl::StatusOr<Coordinator::RoundTally> Coordinator::Tally(const std::vector<std
     internal::RoundState state;
     if (!state.ParseFromString(bytes)) return absl::InternalError("a rank sent an unparsable round state");
     tally.reports.push_back(state.report());
-    if (tally.reports.size() == 1) tally.drain_order = state.drain_order();
-    tally.drain.push_back(state.drain());
     tally.stopping |= state.stopping();
     for (const auto& p : state.steps()) {
       RoundTally::Entry& t = tally.steps[{p.run(), p.step()}];
@@ -210,6 +201,7 @@ absl::StatusOr<Coordinator::RoundTally> Coordinator::Tally(const std::vector<std
       t.mesh_size = std::max(t.mesh_size, b.mesh_size());
     }
     for (const auto& e : state.expired_barriers()) tally.barriers[{e.run(), e.barrier_id()}].expired = true;
+    tally.states.push_back(std::move(state));
   }
   return tally;
 }
@@ -236,102 +228,11 @@ absl::StatusOr<bool> Coordinator::Round(bool stop_requested, bool* stopping) {
   }
   ASSIGN_OR_RETURN(const bool steps_worked, DecideSteps(tally, now));
   ASSIGN_OR_RETURN(const bool barriers_worked, DecideBarriers(tally, mine, now));
-  const bool drain_worked = DecideDrain(tally);
-  return steps_worked || barriers_worked || drain_worked;
-}
-
-bool Coordinator::DecideDrain(const RoundTally& round) {
-  if (options_.drainer == nullptr) return false;
-  Drainer& drainer = *options_.drainer;
-  bool worked = false;
-  const internal::DrainOrder& order = round.drain_order;
-  drain_seen_ = order;
-  const Drainer::Progress mine = drainer.Poll();
-  if (order.seq() == 0 || mine.seq != order.seq()) {
-    // A copy for an order rank 0 gave up stops; a new order starts once it has.
-    if (mine.running) {
-      drainer.Cancel();
-    } else if (order.seq() != 0) {
-      worked = drainer.Start({.seq = order.seq(),
-                              .run = order.run(),
-                              .step = order.step(),
-                              .id = order.id(),
-                              .rank = collective_->rank(),
-                              .num_ranks = collective_->size()});
-    }
+  bool participants_worked = false;
+  for (RoundParticipant* participant : participants_) {
+    participants_worked |= participant->OnRound(tally.states, restoring_);
   }
-  if (collective_->rank() != 0) return worked;
-  if (drain_order_.seq() != 0) {
-    int done = 0;
-    std::string failure;
-    for (const internal::DrainProgress& p : round.drain) {
-      if (p.seq() != drain_order_.seq() || !p.done()) continue;
-      ++done;
-      if (!p.failure().empty() && failure.empty()) failure = p.failure();
-    }
-    if (!failure.empty()) {
-      spdlog::warn("drain of run '{}' step {} to {} failed (a later step will be drained): {}",
-                   drain_order_.run(), drain_order_.step(), options_.drain_store->root(), failure);
-      drain_order_.Clear();
-      worked = true;
-    } else if (done == collective_->size()) {
-      PublishDrain(round.drain);
-      worked = true;
-    }
-  }
-  if (drain_order_.seq() == 0 && !drain_runs_.empty()) NextDrainOrder();
-  return worked;
-}
-
-void Coordinator::NextDrainOrder() {
-  while (drain_order_.seq() == 0 && !drain_runs_.empty()) {
-    const std::string run = *drain_runs_.begin();
-    drain_runs_.erase(drain_runs_.begin());
-    absl::StatusOr<std::optional<int64_t>> step =
-        NextStepToDrain(*store_, *options_.drain_store, run, options_.drain_every_n_steps);
-    absl::StatusOr<std::string> id =
-        step.ok() && step->has_value() ? CommitId(*store_, run, **step) : absl::StatusOr<std::string>("");
-    if (!step.ok() || !id.ok()) {
-      spdlog::warn("drain of run '{}': {}", run,
-                   std::string((step.ok() ? id.status() : step.status()).message()));
-      continue;
-    }
-    if (!step->has_value()) continue;
-    drain_order_.set_seq(++drain_seq_);
-    drain_order_.set_run(run);
-    drain_order_.set_step(**step);
-    drain_order_.set_id(*id);
-    spdlog::debug("drain: ordered run '{}' step {} (commit {})", run, **step, *id);
-  }
-}
-
-void Coordinator::PublishDrain(const std::vector<internal::DrainProgress>& progress) {
-  const internal::DrainOrder order = drain_order_;
-  drain_order_.Clear();
-  std::set<int64_t> protect;
-  for (const StepKey& r : restoring_) {
-    if (r.run == order.run()) protect.insert(r.step);
-  }
-  const DrainJob job{.seq = order.seq(), .run = order.run(), .step = order.step(), .id = order.id()};
-  absl::StatusOr<std::vector<int64_t>> removed =
-      PublishDrained(*options_.drain_store, job, options_.drain_keep_last, protect);
-  if (!removed.ok()) {
-    spdlog::error("drain of run '{}' step {} to {}: {}", order.run(), order.step(),
-                  options_.drain_store->root(), std::string(removed.status().message()));
-    return;
-  }
-  int64_t bytes = 0;
-  double seconds = 0;
-  for (const internal::DrainProgress& p : progress) {
-    bytes += p.bytes();
-    seconds = std::max(seconds, p.seconds());
-  }
-  spdlog::info("run '{}' step {} drained to {}: {} bytes copied in {:.2f} s ({:.0f} MB/s){}", order.run(),
-               order.step(), options_.drain_store->StepDir(order.run(), order.step()), bytes, seconds,
-               seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0.0,
-               removed->empty()
-                   ? ""
-                   : absl::StrCat("; drain retention removed step(s) ", absl::StrJoin(*removed, ",")));
+  return steps_worked || barriers_worked || participants_worked;
 }
 
 absl::StatusOr<bool> Coordinator::DecideSteps(const RoundTally& round, absl::Time now) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,11 +20,12 @@
 #include "daemon/base/config.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/commit_observer.h"
+#include "daemon/coord/drain_schedule.h"
 #include "daemon/coord/replicas.h"
+#include "daemon/coord/round_participant.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/plan/save_plan.h"
 #include "daemon/store/checkpoint_store.h"
-#include "daemon/store/drain.h"
 
 namespace ckptd {
 
@@ -49,7 +51,8 @@ struct CoordinatorOptions {
   // one. Rank 0 orders committed steps drained (those divisible by
   // drain_every_n_steps, every step when <= 1), newest first, one at a time, and
   // publishes each once every rank copied its share; drain_keep_last is the drain
-  // root's retention (0 = keep all).
+  // root's retention (0 = keep all). The coordinator runs it as a RoundParticipant
+  // (DrainSchedule) of its own.
   const CheckpointStore* drain_store = nullptr;
   Drainer* drainer = nullptr;
   int drain_every_n_steps = 0;
@@ -59,8 +62,7 @@ struct CoordinatorOptions {
 class Coordinator {
  public:
   Coordinator(Collective* collective, StepRegistry* registry, CheckpointStore* store,
-              CoordinatorOptions options)
-      : collective_(collective), registry_(registry), store_(store), options_(std::move(options)) {}
+              CoordinatorOptions options);
 
   // Runs rounds until every rank has seen a stop request (any rank's `stop` turning
   // true stops all of them together). Pending steps then fail with UNAVAILABLE and
@@ -94,6 +96,12 @@ class Coordinator {
   // Commit-time work of a storage tier or of metrics (see CommitObserver), called in
   // the order added. Call before Run; `observer` must outlive Run.
   void AddObserver(CommitObserver* observer) { observers_.push_back(observer); }
+  // Work of a tier that runs with the rounds (see RoundParticipant); it observes the
+  // commits too. Call before Run; `participant` must outlive Run.
+  void AddParticipant(RoundParticipant* participant) {
+    participants_.push_back(participant);
+    observers_.push_back(participant);
+  }
 
  private:
   struct RoundTally;
@@ -112,12 +120,6 @@ class Coordinator {
   internal::RoundState LocalRoundState(bool stop_requested, absl::Time now);
   static absl::StatusOr<RoundTally> Tally(const std::vector<std::string>& all);
   absl::StatusOr<bool> DecideSteps(const RoundTally& round, absl::Time now);
-  // Starts, cancels or (rank 0) publishes drains after rank 0's order in the round.
-  bool DecideDrain(const RoundTally& round);
-  // Rank 0: the next order, for a run whose newest committed step is not drained yet.
-  void NextDrainOrder();
-  // Rank 0: the order is complete on every rank; publishes it into the drain root.
-  void PublishDrain(const std::vector<internal::DrainProgress>& progress);
   absl::StatusOr<bool> DecideBarriers(const RoundTally& round, const internal::RoundState& mine,
                                       absl::Time now);
   absl::Status CommitStep(const StepKey& key, int trainer_count);
@@ -220,18 +222,14 @@ class Coordinator {
   std::map<StepKey, absl::Status> failed_here_;   // steps a deadline failed on this rank
   std::vector<std::vector<int>> replica_copies_;  // see SetReplicas; empty = no replicas
   ShardCopier* copier_ = nullptr;
-  std::vector<CommitObserver*> observers_;                                    // see AddObserver
-  std::map<StepKey, absl::Time> first_seen_;                                  // pending steps, since when
+  std::vector<CommitObserver*> observers_;       // see AddObserver
+  std::vector<RoundParticipant*> participants_;  // see AddParticipant
+  std::optional<DrainSchedule> drain_;           // with options_.drainer; a participant
+  std::map<StepKey, absl::Time> first_seen_;     // pending steps, since when
   std::map<std::pair<std::string, int64_t>, absl::Time> barrier_first_seen_;  // waiting barriers
   std::set<std::string> cleaned_runs_;  // runs whose orphans this rank removed
   std::set<StepKey> restoring_;         // steps being restored on some host
-  // Drain: rank 0's order in flight (seq 0: none), the runs it may still have to
-  // drain, its order counter, and on every rank the order seen in the last round.
-  internal::DrainOrder drain_order_;
-  std::set<std::string> drain_runs_;
-  int64_t drain_seq_ = 0;
-  internal::DrainOrder drain_seen_;
-  std::string report_;  // cached local_report()
+  std::string report_;                  // cached local_report()
   absl::Time report_time_ = absl::InfinitePast();
 };
 

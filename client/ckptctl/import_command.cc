@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "ckptd/v1/wire.h"
 #include "client/ckptctl/commands.h"
+#include "client/ckptctl/offline_common.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
@@ -269,8 +270,7 @@ int Import(const Context& ctx, const std::string& src, const std::string& run_di
            bool quiet, bool as_json) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   const absl::Time started = absl::Now();
-  std::string run_dir = run_dir_arg;
-  while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
+  const std::string run_dir = TrimSlashes(run_dir_arg);
   const std::string run = run_dir.substr(run_dir.rfind('/') + 1);
   if (run.empty() || run == "." || run == ".." || absl::StartsWith(run, ".")) {
     return Error(

@@ -82,4 +82,9 @@ const std::string& HostName() {
   return *name;
 }
 
+absl::Status OnRank(const absl::Status& status, int rank) {
+  if (status.ok()) return status;
+  return Annotate(status, absl::StrCat("on rank ", rank, " (host ", HostName(), ")"));
+}
+
 }  // namespace ckptd

@@ -31,6 +31,10 @@ std::string BoundMessage(absl::string_view message, size_t max = kMaxErrorMessag
 // This machine's host name (for messages that say where something failed).
 const std::string& HostName();
 
+// `status` naming MPI rank `rank` and this host, so that every rank's log and every
+// trainer's error say where it failed; OK stays OK.
+absl::Status OnRank(const absl::Status& status, int rank);
+
 }  // namespace ckptd
 
 #define CKPTD_CONCAT_INNER(a, b) a##b

@@ -379,10 +379,7 @@ absl::StatusOr<absl::Status> Coordinator::Vote(const absl::Status& mine, absl::T
   return FromVote(parsed);
 }
 
-absl::Status Coordinator::Where(const absl::Status& s) const {
-  if (s.ok()) return s;
-  return Annotate(s, absl::StrCat("on rank ", collective_->rank(), " (host ", HostName(), ")"));
-}
+absl::Status Coordinator::Where(const absl::Status& s) const { return OnRank(s, collective_->rank()); }
 
 absl::Status Coordinator::LocalStatus(const StepKey& key, const absl::Status& s) const {
   auto it = failed_here_.find(key);

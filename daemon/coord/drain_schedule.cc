@@ -31,10 +31,7 @@ void DrainSchedule::AddToRound(internal::RoundState* mine) {
   internal::DrainProgress* progress = mine->mutable_drain();
   progress->set_seq(p.seq);
   progress->set_done(p.done);
-  if (p.done && !p.status.ok()) {
-    progress->set_failure(
-        Annotate(p.status, absl::StrCat("on rank ", options_.rank, " (host ", HostName(), ")")).ToString());
-  }
+  if (p.done && !p.status.ok()) progress->set_failure(OnRank(p.status, options_.rank).ToString());
   progress->set_bytes(p.bytes);
   progress->set_seconds(p.seconds);
 }

@@ -151,7 +151,7 @@ void Restorer::Record(const RestoreCall& call, const RestorePlan& plan, int64_t 
   spdlog::info(
       "run '{}' step {} restored for {} (trainer {}): {} tensor(s), {} bytes delivered in {:.3f} s "
       "({:.0f} MB/s); {} bytes read from storage, {} from peers{}",
-      call.run, step, caller.description, call.trainer_id, plan.items.size(), delivered, seconds,
+      call.run, step, caller.describe(), call.trainer_id, plan.items.size(), delivered, seconds,
       seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0, reads.storage_bytes(),
       reads.peer_bytes(), shared_memory ? " (shared memory)" : "");
   if (metrics_ != nullptr) {

@@ -54,10 +54,11 @@ struct RestoreCall {
   std::optional<v1::SharedMemory> shared_memory{};
 };
 
-// Who asks: for the log, and the trainer's process, whose segments a shared-memory
-// reply or host_memory tensors are mapped from (asked only when needed).
+// Who asks: for the log line of a restore that succeeded, and the trainer's process,
+// whose segments a shared-memory reply or host_memory tensors are mapped from (each
+// asked only when needed).
 struct RestoreCaller {
-  std::string description{};
+  std::function<std::string()> describe{};
   std::function<absl::StatusOr<pid_t>()> pid{};
 };
 

@@ -298,7 +298,7 @@ absl::Status CkptdService::DoRestore(const v1::RestoreRequest& request, const st
   RETURN_IF_ERROR(CheckTensorCount(request.tensors_size()));
   ASSIGN_OR_RETURN(call.wants, RestoreWantsFromProto(request));
   if (request.has_shared_memory()) call.shared_memory = request.shared_memory();
-  const RestoreCaller caller{.description = peers_->Describe(peer),
+  const RestoreCaller caller{.describe = [this, &peer] { return peers_->Describe(peer); },
                              .pid = [this, &peer] { return peers_->LocalPid(peer); }};
   GrpcRestoreSink sink(writer);
   return restorer_.Restore(call, caller, deadline, &sink);

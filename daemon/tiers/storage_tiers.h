@@ -71,13 +71,11 @@ class StorageTiers {
   // The drain root (drain_to), or null.
   const CheckpointStore* drain_store() const { return drain_store_ ? &*drain_store_ : nullptr; }
   // memory_steps: the kept steps, or null without a memory tier.
-  MemoryTier* memory_tier() { return options_.memory_steps > 0 ? &memory_tier_ : nullptr; }
   const MemoryTier* memory_tier() const { return options_.memory_steps > 0 ? &memory_tier_ : nullptr; }
   ReadCache* read_cache() { return &read_cache_; }
   const ReadCache* read_cache() const { return &read_cache_; }
   // Where the other hosts' daemons listen (filled at start-up by MeetPeers).
   PeerDirectory* peer_directory() { return &peer_directory_; }
-  Storage mode() const { return options_.mode; }
   bool local_storage() const { return options_.mode == Storage::kLocal; }
   // Whether the daemons need a peer channel: local disks, or read_once.
   bool NeedsPeers() const { return local_storage() || options_.read_once; }

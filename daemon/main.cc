@@ -16,14 +16,17 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/command_line.h"
-#include "daemon/base/config.h"
 #include "daemon/base/logging.h"
 #include "daemon/base/status.h"
+#include "daemon/config/config.h"
+#include "daemon/config/config_flags.h"
+#include "daemon/config/config_keys.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/commit_metrics.h"
 #include "daemon/coord/coordinator.h"
@@ -46,38 +49,15 @@ int Fail(const absl::Status& status) {
   return 2;
 }
 
-// What the command line may override in the config file.
-struct Overrides {
-  std::string config_path, root, socket_path, commit_timeout, log_level, log_format, storage, drain_to,
-      drain_bandwidth, metrics_address;
-  int keep_last = -1, keep_every = -1, replicas = -1, memory_steps = -1;
-};
-
-absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const Overrides& flags) {
+// The config file (if any) with the command line's overrides, validated as a whole.
+absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const std::string& config_path,
+                                               const ckptd::ConfigFlags& flags) {
   ckptd::DaemonConfig config;
-  if (!flags.config_path.empty()) {
-    ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(flags.config_path, 1 << 20));
+  if (!config_path.empty()) {
+    ASSIGN_OR_RETURN(std::string text, fs->ReadFileToString(config_path, 1 << 20));
     ASSIGN_OR_RETURN(config, ckptd::ParseConfig(text));
   }
-  if (!flags.root.empty()) config.root = flags.root;
-  if (!flags.storage.empty()) {
-    ASSIGN_OR_RETURN(config.storage, ckptd::ParseStorage(flags.storage));
-  }
-  if (!flags.socket_path.empty()) config.socket_path = flags.socket_path;
-  if (!flags.log_level.empty()) config.log_level = flags.log_level;
-  if (!flags.log_format.empty()) config.log_format = flags.log_format;
-  if (!flags.metrics_address.empty()) config.metrics_address = flags.metrics_address;
-  if (flags.keep_last >= 0) config.keep_last = flags.keep_last;
-  if (flags.keep_every >= 0) config.keep_every_n_steps = flags.keep_every;
-  if (flags.replicas >= 0) config.replicas = flags.replicas;
-  if (flags.memory_steps >= 0) config.memory_steps = flags.memory_steps;
-  if (!flags.drain_to.empty()) config.drain_to = flags.drain_to;
-  if (!flags.drain_bandwidth.empty()) {
-    ASSIGN_OR_RETURN(config.drain_bandwidth, ckptd::ParseByteRate(flags.drain_bandwidth));
-  }
-  if (!flags.commit_timeout.empty()) {
-    ASSIGN_OR_RETURN(config.commit_timeout, ckptd::ParseDuration(flags.commit_timeout));
-  }
+  RETURN_IF_ERROR(flags.Apply(config));
   RETURN_IF_ERROR(ckptd::ValidateConfig(config));
   return config;
 }
@@ -397,7 +377,10 @@ class Daemon {
     // Validated by the config: HOST:PORT. Rank r takes PORT + r.
     const size_t colon = config_.metrics_address.rfind(':');
     const std::string host = config_.metrics_address.substr(0, colon);
-    const int port = std::stoi(config_.metrics_address.substr(colon + 1));
+    int port = 0;
+    if (!absl::SimpleAtoi(config_.metrics_address.substr(colon + 1), &port)) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics_address '", config_.metrics_address, "'"));
+    }
     ASSIGN_OR_RETURN(metrics_server_, ckptd::MetricsServer::Start(host, port == 0 ? 0 : port + rank_,
                                                                   [this] { return service_.MetricsText(); }));
     service_.set_metrics_address(absl::StrCat(host, ":", metrics_server_->port()));
@@ -439,36 +422,43 @@ class Daemon {
   std::unique_ptr<ckptd::MetricsServer> metrics_server_;
 };
 
-// The daemon's command line: what it may override in the config file.
-void DeclareFlags(CLI::App& app, Overrides& flags) {
+// The daemon's command line: the config file, the flags that override its keys, and
+// the two questions answered without starting: --check-config and --config-reference.
+struct CommandLine {
+  std::string config_path;
+  std::string check_config_path;
+  bool config_reference = false;
+  ckptd::ConfigFlags overrides;
+};
+
+void DeclareFlags(CLI::App& app, CommandLine& flags) {
   // A flag given twice takes its last value, so wrappers can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--config", flags.config_path, "YAML config file (see config/ckptd.yaml)");
-  app.add_option("--root", flags.root, "checkpoint root directory (overrides config root); {rank}, {uid}");
-  app.add_option("--storage", flags.storage,
-                 "shared (one root every daemon sees) or local (a root per daemon, e.g. node-local disks)");
-  app.add_option("--socket", flags.socket_path, "unix socket path; {rank} and {uid} are substituted");
-  app.add_option("--commit-timeout", flags.commit_timeout, "deadline of every commit collective, e.g. 60s");
-  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
-  app.add_option("--metrics-address", flags.metrics_address,
-                 "serve Prometheus /metrics on HOST:PORT (rank r on PORT+r; port 0: any free port)");
-  app.add_option("--log-format", flags.log_format, "text or json (one JSON object per line)")
-      ->check(CLI::IsMember({"text", "json"}));
-  app.add_option("--keep-last", flags.keep_last, "retention: keep the newest N steps (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--keep-every-n-steps", flags.keep_every, "retention: also keep steps divisible by K")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--replicas", flags.replicas,
-                 "local storage: copies of each host's data file on other hosts before a step commits")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--memory-steps", flags.memory_steps,
-                 "keep the data files of the last N committed steps in memory for restores")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--drain-to", flags.drain_to,
-                 "also copy committed steps, in the background, into this directory every host sees");
-  app.add_option("--drain-bandwidth", flags.drain_bandwidth,
-                 "per-host drain rate limit, e.g. 200MB/s (0 = none)");
+  app.add_option("--config", flags.config_path, "YAML config file (see config/ckptd.yaml)")
+      ->type_name("FILE");
+  app.add_option("--check-config", flags.check_config_path,
+                 "validate this config file (with the other flags' overrides), print the effective "
+                 "configuration and exit: 0 if valid, 2 if not")
+      ->type_name("FILE");
+  app.add_flag("--config-reference", flags.config_reference,
+               "print the table of config keys (as in docs/operations.md) and exit");
+  flags.overrides.Declare(app);
   app.set_version_flag("--version", ckptd::wire::kVersion);
+}
+
+// --check-config and --config-reference: the exit code once answered, else nullopt.
+std::optional<int> AnswerConfigQuestions(const CommandLine& flags) {
+  if (flags.config_reference) {
+    std::cout << ckptd::ConfigReferenceMarkdown();
+    return 0;
+  }
+  if (flags.check_config_path.empty()) return std::nullopt;
+  absl::StatusOr<ckptd::DaemonConfig> config =
+      LoadConfig(ckptd::PosixFileSystem(), flags.check_config_path, flags.overrides);
+  if (!config.ok()) return Fail(config.status());
+  std::cout << "# " << flags.check_config_path << ": valid; the effective configuration:\n"
+            << ckptd::EffectiveConfigYaml(*config);
+  return 0;
 }
 
 // Signals go to one thread that only sets `stop`; they are blocked everywhere else,
@@ -492,10 +482,12 @@ void StopOnSignals(std::atomic<bool>* stop) {
 int main(int argc, char** argv) {
   KeepFreedMemoryForReuse();
   CLI::App app{"ckptd: per-host checkpoint daemon; run one per host under mpirun"};
-  Overrides flags;
+  CommandLine flags;
   DeclareFlags(app, flags);
   if (std::optional<int> ended = ckptd::ParseCommandLine(app, argc, argv, "ckptd")) return *ended;
-  absl::StatusOr<ckptd::DaemonConfig> loaded = LoadConfig(ckptd::PosixFileSystem(), flags);
+  if (std::optional<int> answered = AnswerConfigQuestions(flags)) return *answered;
+  absl::StatusOr<ckptd::DaemonConfig> loaded =
+      LoadConfig(ckptd::PosixFileSystem(), flags.config_path, flags.overrides);
   if (!loaded.ok()) return Fail(loaded.status());
   ckptd::DaemonConfig config = *std::move(loaded);
   std::atomic<bool> stop{false};

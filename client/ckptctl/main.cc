@@ -11,8 +11,8 @@
 #include "client/ckptctl/commands.h"
 #include "client/ckptctl/daemon_file_system.h"
 #include "daemon/base/command_line.h"
-#include "daemon/base/config.h"
 #include "daemon/base/status.h"
+#include "daemon/base/units.h"
 
 namespace {
 

@@ -7,38 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/base/closest_word.h"
 
 namespace ckptd {
 namespace {
-
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// The candidate closest to `word`, if it is close enough to be a typo.
-std::optional<std::string> Closest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::optional<std::string> best;
-  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const std::string& c : candidates) {
-    const size_t d = EditDistance(word, c);
-    if (d < best_distance) {
-      best = c;
-      best_distance = d;
-    }
-  }
-  return best;
-}
 
 // What went wrong, for the first word that is neither a subcommand (in first place)
 // nor a flag of the subcommand given, with the closest known one; else CLI11's own
@@ -60,7 +32,7 @@ std::string Problem(CLI::App& app, int argc, char** argv, const std::string& wha
     const std::string first = argv[1];
     if (sub == nullptr) {
       if (first.rfind("-", 0) == 0) return what;
-      std::optional<std::string> near = Closest(first, subcommands);
+      std::optional<std::string> near = ClosestWord(first, subcommands);
       return absl::StrCat("unknown command '", first, "'",
                           near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : one_of);
     }
@@ -75,7 +47,7 @@ std::string Problem(CLI::App& app, int argc, char** argv, const std::string& wha
     if (word.rfind("--", 0) != 0) continue;
     word = word.substr(0, word.find('='));
     if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
-    std::optional<std::string> near = Closest(word, flags);
+    std::optional<std::string> near = ClosestWord(word, flags);
     return absl::StrCat("unknown flag '", word, "'",
                         near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : "");
   }

@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "daemon/base/config.h"
+#include "daemon/base/storage_mode.h"
 #include "daemon/coord/collective.h"
 #include "daemon/coord/commit_observer.h"
 #include "daemon/coord/drain_schedule.h"

@@ -17,8 +17,8 @@
 
 #include "absl/types/span.h"
 #include "ckptd/v1/ckptd.grpc.pb.h"
-#include "daemon/base/config.h"
 #include "daemon/base/metrics.h"
+#include "daemon/config/config.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/restore/restorer.h"
 #include "daemon/service/grpc_status.h"

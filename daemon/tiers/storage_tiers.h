@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "daemon/base/config.h"
+#include "daemon/base/storage_mode.h"
 #include "daemon/coord/commit_observer.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/io/file_system.h"

@@ -1,11 +1,17 @@
-#include "daemon/base/config.h"
+#include "daemon/config/config.h"
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
+#include "daemon/base/units.h"
+#include "daemon/config/config_flags.h"
+#include "daemon/config/config_keys.h"
 
 namespace ckptd {
 namespace {
@@ -139,6 +145,139 @@ TEST(ConfigTest, MaxTrainersAndCheckpointGroup) {
   EXPECT_EQ(config->max_trainers, 2048);
   EXPECT_EQ(config->checkpoint_group, "ckpt-readers");
   EXPECT_EQ(ParseConfig("limits:\n  max_trainers: 0\n").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ckptd
+
+namespace ckptd {
+namespace {
+
+std::string ReadSourceFile(const std::string& path) {
+  std::ifstream in(std::string(CKPTD_SOURCE_DIR) + "/" + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ConfigTableTest, EffectiveConfigReadsBackToItself) {
+  const std::string defaults = EffectiveConfigYaml(DaemonConfig{});
+  absl::StatusOr<DaemonConfig> reread = ParseConfig(defaults);
+  ASSERT_TRUE(reread.ok()) << reread.status() << "\n" << defaults;
+  EXPECT_EQ(EffectiveConfigYaml(*reread), defaults);
+
+  absl::StatusOr<DaemonConfig> changed = ParseConfig(
+      "root: '/data/\"quoted\" {rank}'\nstorage: local\nread_once: false\nread_cache: 512MiB\n"
+      "read_cache_linger: 1500ms\ndrain_to: /lustre\ndrain_bandwidth: 1.5GiB/s\ncommit:\n  timeout: 90s\n"
+      "failure_domains: {a: r1, b: r2}\nsecurity:\n  allowed_uids: [1000, 1001]\nlimits:\n  max_trainers: 7\n"
+      "staging:\n  memory_limit: 3000000\n");
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  const std::string yaml = EffectiveConfigYaml(*changed);
+  absl::StatusOr<DaemonConfig> again = ParseConfig(yaml);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << yaml;
+  EXPECT_EQ(EffectiveConfigYaml(*again), yaml);
+  EXPECT_EQ(again->root, "/data/\"quoted\" {rank}");
+  EXPECT_EQ(again->drain_bandwidth, int64_t{1610612736});
+  EXPECT_EQ(again->read_cache_linger, absl::Milliseconds(1500));
+  EXPECT_EQ(again->staging_memory_limit, 3000000);
+  EXPECT_EQ(again->allowed_uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_FALSE(again->read_once);
+  EXPECT_NE(yaml.find("limits:\n  max_tensors_per_request: 100000\n"), std::string::npos) << yaml;
+}
+
+TEST(ConfigTableTest, SizesTakeTheSameUnitsEverywhere) {
+  absl::StatusOr<DaemonConfig> c = ParseConfig(
+      "staging:\n  memory_limit: 16GiB\nlimits:\n  max_request_bytes: 2GB\nmax_index_bytes: 64MiB\n"
+      "read_cache: 1GiB\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->staging_memory_limit, int64_t{16} << 30);
+  EXPECT_EQ(c->max_request_bytes, 2000000000);
+  EXPECT_EQ(c->max_index_bytes, int64_t{64} << 20);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_FALSE(ParseByteSize("1GiB/s").ok());
+  const absl::Status rate_as_size = ParseConfig("read_cache: 1GiB/s").status();
+  EXPECT_EQ(rate_as_size.message(),
+            "config: read_cache must be a size of 0 or more, e.g. 1GiB, 512MB or bytes, not '1GiB/s'");
+}
+
+TEST(ConfigTableTest, UnknownKeysNameTheClosestKnownOne) {
+  EXPECT_EQ(ParseConfig("retention:\n  keep_lats: 3\n").status().message(),
+            "config: unknown key 'retention.keep_lats' (did you mean 'retention.keep_last'?)");
+  EXPECT_EQ(ParseConfig("rot: /data").status().message(), "config: unknown key 'rot' (did you mean 'root'?)");
+  EXPECT_EQ(ParseConfig("completely_unrelated: 1").status().message(),
+            "config: unknown key 'completely_unrelated'");
+  EXPECT_EQ(ParseConfig("limits: 5").status().message(), "config: limits must be a map");
+}
+
+// Every key, fed values it cannot take, says INVALID_ARGUMENT naming itself; none
+// throws or crashes. A key that takes free text (a path, a group) must still refuse
+// a list and a map.
+TEST(ConfigTableTest, EveryKeyRefusesBadValuesByName) {
+  const std::vector<std::string> bad_values = {
+      "abc", "-1", "99999999999999999999999", "1e400", "", "[1, [2]]", "{a: {b: c}}", "[x]", "{a: b}", "0"};
+  for (const ConfigKey& key : ConfigKeys()) {
+    const size_t dot = key.name.find('.');
+    int refused = 0;
+    for (const std::string& value : bad_values) {
+      const std::string yaml =
+          dot == std::string::npos
+              ? absl::StrCat(key.name, ": ", value, "\n")
+              : absl::StrCat(key.name.substr(0, dot), ":\n  ", key.name.substr(dot + 1), ": ", value, "\n");
+      const absl::Status s = ParseConfig(yaml).status();
+      if (s.ok()) continue;
+      ++refused;
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << yaml;
+      EXPECT_NE(s.message().find(key.name), absl::string_view::npos) << yaml << " -> " << s;
+    }
+    EXPECT_GE(refused, 3) << key.name;
+  }
+}
+
+TEST(ConfigTableTest, OperationsGuideCarriesTheGeneratedReference) {
+  const std::string guide = ReadSourceFile("docs/operations.md");
+  EXPECT_NE(guide.find(ConfigReferenceMarkdown()), std::string::npos)
+      << "docs/operations.md's configuration reference differs from the table of keys; regenerate it "
+         "with `build/ckptd --config-reference`:\n"
+      << ConfigReferenceMarkdown();
+}
+
+TEST(ConfigTableTest, ExampleConfigDocumentsEveryKey) {
+  const std::string example = ReadSourceFile("config/ckptd.yaml");
+  for (const ConfigKey& key : ConfigKeys()) {
+    const std::string leaf = key.name.substr(key.name.find('.') + 1);
+    EXPECT_NE(example.find(absl::StrCat(leaf, ":")), std::string::npos)
+        << "config/ckptd.yaml does not mention " << key.name;
+  }
+}
+
+TEST(ConfigFlagsTest, FlagsOverrideWithTheKeysChecksAndNameTheFlag) {
+  auto apply = [](std::vector<std::string> args) -> absl::StatusOr<DaemonConfig> {
+    CLI::App app;
+    ConfigFlags flags;
+    flags.Declare(app);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    DaemonConfig config;
+    RETURN_IF_ERROR(flags.Apply(config));
+    return config;
+  };
+  absl::StatusOr<DaemonConfig> c = apply(
+      {"--storage", "local", "--keep-last", "3", "--drain-bandwidth", "1GiB/s", "--commit-timeout", "5s"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->storage, Storage::kLocal);
+  EXPECT_EQ(c->keep_last, 3);
+  EXPECT_EQ(c->drain_bandwidth, int64_t{1} << 30);
+  EXPECT_EQ(c->commit_timeout, absl::Seconds(5));
+  EXPECT_EQ(apply({"--metrics-address", "127.0.0.1:abc"}).status().message(),
+            "config: --metrics-address must be HOST:PORT (a port of 0-65535), or empty for off, not "
+            "'127.0.0.1:abc'");
+  EXPECT_EQ(apply({"--metrics-address", "127.0.0.1:99999"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(apply({"--keep-last", "-1"}).status().message(),
+            "config: --keep-last must be an integer 0 or more, not '-1'");
+  EXPECT_EQ(
+      apply({"--log-level", "verbose"}).status().message(),
+      "config: --log-level must be one of trace, debug, info, warn, error, critical, off, not 'verbose'");
 }
 
 }  // namespace

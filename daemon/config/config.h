@@ -1,7 +1,8 @@
-// The daemon's configuration: parsed from YAML text (see config/ckptd.yaml for every
-// key, documented), then overridden by flags in main. Plain value type; parse is pure.
-#ifndef CKPTD_DAEMON_BASE_CONFIG_H_
-#define CKPTD_DAEMON_BASE_CONFIG_H_
+// The daemon's configuration: a plain value, parsed from YAML text and then overridden
+// by flags, every key declared once in config_keys.cc (config/ckptd.yaml documents
+// them all). Parse and validation are pure functions; any thread.
+#ifndef CKPTD_DAEMON_CONFIG_CONFIG_H_
+#define CKPTD_DAEMON_CONFIG_CONFIG_H_
 
 #include <cstdint>
 #include <map>
@@ -11,15 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/base/storage_mode.h"
 
 namespace ckptd {
-
-// Where checkpoints live. kShared: one root that every daemon sees (a parallel or
-// network file system); rank 0 publishes. kLocal: each daemon's own root on its own
-// disk; every daemon publishes its copy of the index next to its own data file.
-enum class Storage { kShared, kLocal };
-absl::StatusOr<Storage> ParseStorage(absl::string_view text);
-absl::string_view StorageName(Storage storage);
 
 struct DaemonConfig {
   // Unix socket path; "{rank}" becomes the daemon's MPI rank, "{uid}" its user id.
@@ -99,23 +94,22 @@ struct DaemonConfig {
   int64_t max_index_bytes = int64_t{1} << 30;
 };
 
-// Parses YAML text. Unknown keys and malformed values are INVALID_ARGUMENT naming
-// the key, so a typo never silently falls back to a default.
+// Parses YAML text over the defaults, then ValidateConfig. Unknown keys (with the
+// closest known one) and malformed values are INVALID_ARGUMENT naming the key, the
+// value and what it may be, so a typo never silently falls back to a default.
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
 
 // What no single key can check: combinations (replicas need local storage and a
 // TCP listener). Run after the command line's overrides are applied.
 absl::Status ValidateConfig(const DaemonConfig& config);
 
-// "90s", "500ms", "2m", "1h" or a bare number of seconds.
-absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
-
-// "200MB/s", "1.5GiB/s", "500M", a bare number of bytes per second, or 0 (no limit).
-absl::StatusOr<int64_t> ParseByteRate(absl::string_view text);
+// The configuration as YAML that ParseConfig reads back to the same values: every
+// key, in the reference's order. What `ckptd --check-config` prints.
+std::string EffectiveConfigYaml(const DaemonConfig& config);
 
 // Substitutes {rank} and {uid} in a socket path or root pattern.
 std::string ExpandPathPattern(absl::string_view pattern, int rank, unsigned uid);
 
 }  // namespace ckptd
 
-#endif  // CKPTD_DAEMON_BASE_CONFIG_H_
+#endif  // CKPTD_DAEMON_CONFIG_CONFIG_H_

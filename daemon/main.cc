@@ -13,13 +13,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/command_line.h"
 #include "daemon/base/logging.h"
@@ -94,15 +91,10 @@ absl::StatusOr<HostClaims> ClaimHost(ckptd::DaemonConfig& config, int rank) {
                                                               : ckptd::kGroupFileMode));
   char resolved_root[PATH_MAX];
   if (::realpath(config.root.c_str(), resolved_root) != nullptr) config.root = resolved_root;
-  if (!config.drain_to.empty()) {
-    // Shared by every host: no lock (each rank copies its own files), same confinement.
-    RETURN_IF_ERROR(ckptd::PreparePrivateDirectory(config.drain_to, claims.checkpoint_group, "drain_to"));
-    ASSIGN_OR_RETURN(claims.drain,
-                     ckptd::ConfinedFileSystem(config.drain_to, claims.checkpoint_group == ckptd::kNoGroup
-                                                                    ? ckptd::kPrivateFileMode
-                                                                    : ckptd::kGroupFileMode));
-    if (::realpath(config.drain_to.c_str(), resolved_root) != nullptr) config.drain_to = resolved_root;
-  }
+  ASSIGN_OR_RETURN(ckptd::DrainRootClaim drain,
+                   ckptd::ClaimDrainRoot(config.drain_to, claims.checkpoint_group));
+  claims.drain = std::move(drain.fs);
+  config.drain_to = drain.path;
 
   gid_t socket_group = static_cast<gid_t>(-1);
   if (!config.socket_group.empty()) {
@@ -170,55 +162,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
   return server;
 }
 
-// Local storage or read_once: every daemon learns where the others listen and the
-// job's token, so that a restore can read other hosts' shards (or, with read_once,
-// the files another daemon reads for the job) through their daemons. Every rank takes
-// part (the exchange is a collective); one without a TCP listener offers none, and
-// then restores read this host's shards only.
-absl::Status MeetPeers(const ckptd::DaemonConfig& config, int rank, int tcp_port,
-                       ckptd::Coordinator& coordinator, ckptd::PeerDirectory& directory,
-                       ckptd::ShardCopier* copier) {
-  ckptd::internal::PeerInfo mine;
-  mine.set_host(ckptd::HostName());
-  if (tcp_port != 0) {
-    std::string host = config.tcp_address.substr(0, config.tcp_address.rfind(':'));
-    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = ckptd::HostName();
-    mine.set_address(absl::StrCat(host, ":", tcp_port));
-  }
-  // 128 random bits as hex: gRPC metadata values must be printable.
-  std::random_device random;
-  mine.set_token(absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random()));
-  ASSIGN_OR_RETURN(std::vector<ckptd::internal::PeerInfo> all, coordinator.ExchangePeerInfo(mine));
-  std::vector<std::string> addresses, hosts;
-  for (const ckptd::internal::PeerInfo& p : all) {
-    if (p.address().empty()) {
-      spdlog::info("no TCP listener on host {}: restores read {} from storage{}", p.host(),
-                   config.storage == ckptd::Storage::kLocal ? "this host's shards only" : "what they need",
-                   config.read_once ? " (read_once needs tcp.address on every host)" : "");
-      return absl::OkStatus();
-    }
-    addresses.push_back(p.address());
-    hosts.push_back(p.host());
-  }
-  // Replicas go to other failure domains: a host's own name unless the config maps it.
-  std::vector<std::string> domains;
-  for (const std::string& host : hosts) {
-    auto mapped = config.failure_domains.find(host);
-    domains.push_back(mapped == config.failure_domains.end() ? host : mapped->second);
-  }
-  RETURN_IF_ERROR(directory.Set(rank, std::move(addresses), std::move(hosts), all[0].token(),
-                                {config.tls_cert, config.tls_key, config.tls_ca}, ckptd::PosixFileSystem()));
-  if (config.replicas == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<std::vector<int>> copies, ckptd::PlaceReplicas(domains, config.replicas));
-  std::vector<std::string> mine_elsewhere;
-  for (int holder : copies[rank]) mine_elsewhere.push_back(directory.Describe(holder));
-  spdlog::info("replicas: {}; this host's data files are also kept on {}", config.replicas,
-               absl::StrJoin(mine_elsewhere, ", "));
-  directory.SetCopies(copies);
-  coordinator.SetReplicas(std::move(copies), copier);
-  return absl::OkStatus();
-}
-
 // The daemon moves large buffers over and over: gRPC allocates each 4 MiB message it
 // receives or sends, and frees it once handled. With glibc's defaults such blocks are
 // mapped fresh and unmapped again (or trimmed off the heap), so every message pays
@@ -251,8 +194,7 @@ class Daemon {
         claims_(claims),
         staging_(config.staging_memory_limit),
         tiers_(TiersOptions(config, *claims, collective->size())),
-        dir_mode_(claims->checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode
-                                                              : ckptd::kGroupDirMode),
+        dir_mode_(DirMode(*claims)),
         shard_copier_(tiers_.peer_directory()),
         service_(ServiceOptions(config, rank_, collective->size(), &metrics_), &registry_, &tiers_, &staging_,
                  &peers_),
@@ -269,10 +211,13 @@ class Daemon {
     // must not accept a single Save.
     RETURN_IF_ERROR(coordinator_.CheckRoot());
     RETURN_IF_ERROR(StartGrpc());
-    if (tiers_.NeedsPeers()) {
-      RETURN_IF_ERROR(
-          MeetPeers(config_, rank_, tcp_port_, coordinator_, *tiers_.peer_directory(), &shard_copier_));
-    }
+    RETURN_IF_ERROR(tiers_.MeetPeers({.rank = rank_,
+                                      .tcp_address = config_.tcp_address,
+                                      .tcp_port = tcp_port_,
+                                      .tls = {config_.tls_cert, config_.tls_key, config_.tls_ca},
+                                      .failure_domains = config_.failure_domains,
+                                      .replicas = config_.replicas},
+                                     coordinator_, &shard_copier_));
     // Before trainers connect on the local socket; with replicas the peers must already
     // serve, since a host repairs what it lost from them.
     RETURN_IF_ERROR(coordinator_.ReconcileLocalSteps());
@@ -323,7 +268,14 @@ class Daemon {
             .memory_steps = config.memory_steps,
             .peer_timeout = config.commit_timeout,
             .drain = claims.drain.get(),
-            .drain_root = config.drain_to};
+            .drain_root = config.drain_to,
+            .drain_dir_mode = DirMode(claims),
+            .drain_bandwidth = config.drain_bandwidth};
+  }
+
+  // Directories of checkpoints: private, or open to the checkpoint group.
+  static uint32_t DirMode(const HostClaims& claims) {
+    return claims.checkpoint_group == ckptd::kNoGroup ? ckptd::kPrivateDirMode : ckptd::kGroupDirMode;
   }
 
   static ckptd::ServiceContext ServiceOptions(const ckptd::DaemonConfig& config, int rank, int num_ranks,
@@ -339,9 +291,6 @@ class Daemon {
   }
 
   ckptd::CoordinatorOptions CoordinatorOptionsFor(const ckptd::DaemonConfig& config) {
-    if (tiers_.drain_store() != nullptr) {
-      drainer_.emplace(tiers_.commit_store(), tiers_.drain_store(), dir_mode_, config.drain_bandwidth);
-    }
     return {.commit_timeout = config.commit_timeout,
             .version = ckptd::wire::kVersion,
             .keep_last = config.keep_last,
@@ -350,7 +299,7 @@ class Daemon {
             .dir_mode = dir_mode_,
             .storage = config.storage,
             .drain_store = tiers_.drain_store(),
-            .drainer = drainer_.has_value() ? &*drainer_ : nullptr,
+            .drainer = tiers_.drainer(),
             .drain_every_n_steps = config.drain_every_n_steps,
             .drain_keep_last = config.drain_keep_last};
   }
@@ -393,12 +342,7 @@ class Daemon {
     SetServing(server_.get(), true);
     spdlog::info("ckptd {} listening on unix:{}, root {} ({} storage)", ckptd::wire::kVersion,
                  claims_->socket, config_.root, std::string(ckptd::StorageName(config_.storage)));
-    if (drainer_.has_value()) {
-      spdlog::info("drain to {}{}", config_.drain_to,
-                   config_.drain_bandwidth > 0
-                       ? absl::StrCat(" at up to ", config_.drain_bandwidth / 1000000, " MB/s")
-                       : std::string());
-    }
+    tiers_.LogSetUp();
   }
 
   const ckptd::DaemonConfig& config_;
@@ -409,7 +353,6 @@ class Daemon {
   ckptd::StepRegistry registry_;
   ckptd::StorageTiers tiers_;
   const uint32_t dir_mode_;
-  std::optional<ckptd::Drainer> drainer_;  // with drain_to; made with the coordinator's options
   ckptd::Metrics metrics_;
   ckptd::PeerTable peers_;
   ckptd::PeerShardCopier shard_copier_;

@@ -64,21 +64,25 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   // Each phase does this rank's part, then every rank votes; the first failing vote
   // ends the attempt the same way on every rank. Publish and confirm are past the
   // point where a deadline may fail the step locally (see OnExpiry).
+  // A rank that does not publish (shared storage, rank > 0) skips the publishers'
+  // phases but votes in them.
   using PhaseFn = absl::Status (Coordinator::*)(Attempt&, absl::Status*);
   struct Step {
     PhaseFn run;
     bool deadline_may_fail_it;
+    bool publishers_only;
     const char* name;  // the phase label of ckptd_commit_phase_seconds
   };
-  for (const Step& step :
-       {Step{&Coordinator::PreparePhase, true, "prepare"}, Step{&Coordinator::WritePhase, true, "write"},
-        Step{&Coordinator::ReplicatePhase, true, "replicate"}, Step{&Coordinator::MergePhase, true, "merge"},
-        Step{&Coordinator::PublishPhase, false, "publish"},
-        Step{&Coordinator::ConfirmPhase, false, "confirm"}}) {
+  for (const Step& step : {Step{&Coordinator::PreparePhase, true, true, "prepare"},
+                           Step{&Coordinator::WritePhase, true, false, "write"},
+                           Step{&Coordinator::ReplicatePhase, true, false, "replicate"},
+                           Step{&Coordinator::MergePhase, true, false, "merge"},
+                           Step{&Coordinator::PublishPhase, false, true, "publish"},
+                           Step{&Coordinator::ConfirmPhase, false, false, "confirm"}}) {
     if (!step.deadline_may_fail_it) phase_.final_outcome = true;
     const absl::Time phase_started = absl::Now();
     absl::Status mine;
-    RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
+    if (Publishes() || !step.publishers_only) RETURN_IF_ERROR((this->*step.run)(attempt, &mine));
     if (step.deadline_may_fail_it) mine = LocalStatus(key, mine);
     ASSIGN_OR_RETURN(attempt.agreed, Vote(Where(mine), attempt.deadline));
     for (CommitObserver* observer : observers_) observer->OnPhase(step.name, absl::Now() - phase_started);
@@ -168,7 +172,7 @@ absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* 
 absl::Status Coordinator::PreparePhase(Attempt& attempt, absl::Status* mine) {
   // The publisher(s) clear leftovers (this step's earlier attempt, and the first time
   // they see a run, temp directories orphaned by a crash) and create the temp directory.
-  if (Publishes()) *mine = PrepareTempDir(attempt.key);
+  *mine = PrepareTempDir(attempt.key);
   return absl::OkStatus();
 }
 
@@ -209,7 +213,7 @@ absl::Status Coordinator::ReplicatePhase(Attempt& attempt, absl::Status* mine) {
     const absl::Status copied =
         copier_->CopyStepFile(attempt.key, DataPath("ckpt", shard, ranks), shard, /*pending=*/true,
                               store_->fs(), DataPath(prefix, shard, ranks), attempt.deadline);
-    if (!copied.ok()) *mine = Annotate(copied, absl::StrCat("replica of rank ", shard, "'s data file"));
+    *mine = Annotate(copied, absl::StrCat("replica of rank ", shard, "'s data file"));
     spdlog::debug("run '{}' step {}: copied rank {}'s data file in {}", attempt.key.run, attempt.key.step,
                   shard, absl::FormatDuration(absl::Now() - started));
   }
@@ -244,10 +248,8 @@ absl::Status Coordinator::MergePhase(Attempt& attempt, absl::Status* mine) {
 }
 
 absl::Status Coordinator::PublishPhase(Attempt& attempt, absl::Status* mine) {
-  if (Publishes()) {
-    *mine = Publish(attempt.key);
-    attempt.published_here = mine->ok();
-  }
+  *mine = Publish(attempt.key);
+  attempt.published_here = mine->ok();
   return absl::OkStatus();
 }
 
@@ -262,12 +264,6 @@ void Coordinator::Conclude(Attempt& attempt) {
   const StepKey& key = attempt.key;
   const absl::Status& agreed = attempt.agreed;
   failed_here_.erase(key);
-  if (!agreed.ok() && Publishes()) {
-    const std::string temp_dir = store_->TempDir(key.run, key.step);
-    if (absl::Status s = store_->fs()->DeleteRecursively(temp_dir); !s.ok()) {
-      spdlog::error("removing {}: {}", temp_dir, std::string(s.message()));
-    }
-  }
   if (agreed.ok()) {
     spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
                  absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
@@ -280,18 +276,27 @@ void Coordinator::Conclude(Attempt& attempt) {
                                     ? DataPath(CheckpointStore::Prefix(store_->StepDir(key.run, key.step)),
                                                collective_->rank(), collective_->size())
                                     : ""});
-  if (agreed.ok()) {
-    if (Publishes()) {
-      ApplyRetention(key);
-      if (absl::Status s = store_->ClearLost(key.run, key.step); !s.ok()) {
-        spdlog::warn("run '{}' step {}: {}", key.run, key.step, std::string(s.message()));
-      }
-    }
-  } else {
+  // After the observers: retention may remove steps they keep (OnRemoved follows).
+  if (Publishes()) ConcludePublished(key, agreed);
+  if (!agreed.ok()) {
     spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
   registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, absl::Now() - attempt.started,
                         Everyone(attempt.trainer_count));
+}
+
+void Coordinator::ConcludePublished(const StepKey& key, const absl::Status& agreed) {
+  if (!agreed.ok()) {  // nothing of it stays: its temp directory goes
+    const std::string temp_dir = store_->TempDir(key.run, key.step);
+    if (absl::Status s = store_->fs()->DeleteRecursively(temp_dir); !s.ok()) {
+      spdlog::error("removing {}: {}", temp_dir, std::string(s.message()));
+    }
+    return;
+  }
+  ApplyRetention(key);
+  if (absl::Status s = store_->ClearLost(key.run, key.step); !s.ok()) {
+    spdlog::warn("run '{}' step {}: {}", key.run, key.step, std::string(s.message()));
+  }
 }
 
 void Coordinator::NotifyConcluded(const StepOutcome& outcome) {

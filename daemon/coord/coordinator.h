@@ -211,6 +211,9 @@ class Coordinator {
   absl::Status WriteStepFiles(const StepKey& key, const internal::StepFiles& files);
   // Cleans up, logs, and tells the trainers the attempt's outcome.
   void Conclude(Attempt& attempt);
+  // A publisher's part of the end of a step: a failed step's temp directory removed;
+  // a committed one's retention applied and its lost-step record cleared.
+  void ConcludePublished(const StepKey& key, const absl::Status& agreed);
   // Tells every observer how a step ended (see CommitObserver::OnConcluded).
   void NotifyConcluded(const StepOutcome& outcome);
 

@@ -10,7 +10,7 @@
 namespace ckptd {
 
 absl::StatusOr<std::vector<RestoreSource>> RestoreSources(const CheckpointStore& root,
-                                                          const CheckpointStore* drain,
+                                                          const std::vector<const CheckpointStore*>& copies,
                                                           const std::string& run, std::optional<int64_t> step,
                                                           bool fallback, std::string* note) {
   absl::StatusOr<std::vector<int64_t>> local = root.RestoreCandidates(run, step, fallback);
@@ -18,13 +18,14 @@ absl::StatusOr<std::vector<RestoreSource>> RestoreSources(const CheckpointStore&
   if (!local.ok() && !absl::IsNotFound(local.status())) return local.status();
   std::vector<RestoreSource> sources;
   for (int64_t s : local.value_or(std::vector<int64_t>())) sources.push_back({.step = s, .store = &root});
-  if (drain != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> drained = drain->RestoreCandidates(run, step, fallback);
-    if (!drained.ok() && !absl::IsNotFound(drained.status())) {
-      spdlog::warn("drain {}: {}", drain->root(), std::string(drained.status().message()));
+  // A copy that cannot answer is passed over: the root decides the call's errors.
+  for (const CheckpointStore* copy : copies) {
+    absl::StatusOr<std::vector<int64_t>> held = copy->RestoreCandidates(run, step, fallback);
+    if (!held.ok() && !absl::IsNotFound(held.status())) {
+      spdlog::warn("drain {}: {}", copy->root(), std::string(held.status().message()));
     }
-    for (int64_t s : drained.value_or(std::vector<int64_t>())) {
-      sources.push_back({.step = s, .store = drain, .drained = true});
+    for (int64_t s : held.value_or(std::vector<int64_t>())) {
+      sources.push_back({.step = s, .store = copy, .drained = true});
     }
   }
   // Newest first; a step's local copy before its drained one.

@@ -21,12 +21,13 @@ struct RestoreSource {
 };
 
 // What a restore tries, in order: `step` (or the newest, and with `fallback` every
-// older one), each from `root` first and then from `drain` (may be null). NOT_FOUND
+// older one), each from `root` first and then from each of `copies` (the drain:
+// StorageTiers::CopiesBeyondRoot). NOT_FOUND
 // when neither holds a committed step; DATA_LOSS naming what is missing when the step
 // asked for, or without `fallback` the newest step, was lost (CheckpointStore::
 // MarkLost); with `fallback`, *note says which lost steps it passed.
 absl::StatusOr<std::vector<RestoreSource>> RestoreSources(const CheckpointStore& root,
-                                                          const CheckpointStore* drain,
+                                                          const std::vector<const CheckpointStore*>& copies,
                                                           const std::string& run, std::optional<int64_t> step,
                                                           bool fallback, std::string* note);
 

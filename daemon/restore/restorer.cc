@@ -20,7 +20,7 @@ absl::Status Restorer::Restore(const RestoreCall& call, const RestoreCaller& cal
   if (call.wants.any_on_device) RETURN_IF_ERROR(device_->Available());
   std::string note;
   ASSIGN_OR_RETURN(std::vector<RestoreSource> candidates,
-                   RestoreSources(*tiers_->read_store(), tiers_->drain_store(), call.run, call.step,
+                   RestoreSources(*tiers_->read_store(), tiers_->CopiesBeyondRoot(), call.run, call.step,
                                   !call.step.has_value() && call.fallback, &note));
   // With fallback, a step whose requested bytes fail verification while they are read
   // is skipped for the next older one; nothing is sent before a step reads cleanly. A
@@ -68,8 +68,7 @@ absl::Status Restorer::RestoreStep(const RestoreCall& call, const RestoreSource&
   absl::StatusOr<RestorePlan> planned = PlanRestore(*reader, call.wants.tensors, call.placement);
   // A data file missing here is DATA_LOSS on a shared root, but on local disks it
   // is another host's shard: say so, and do not let fallback skip good steps for it.
-  if (absl::IsDataLoss(planned.status()) && tiers_->local_storage() && !reads->through_peers() &&
-      !source.drained) {
+  if (absl::IsDataLoss(planned.status()) && reads->others_hold_missing_files()) {
     RETURN_IF_ERROR(CheckShardsHere(*reader, source.store->StepDir(call.run, step)));
   }
   ASSIGN_OR_RETURN(RestorePlan plan, std::move(planned));

@@ -77,14 +77,14 @@ v1::StatusResponse LocalStatusReport(const StatusSources& from) {
   response->set_read_cache_bytes(static_cast<int64_t>(read_cache->held_bytes()));
   response->set_restore_bytes_delivered(static_cast<int64_t>(from.restorer->bytes_delivered()));
   response->set_restore_peer_bytes_received(static_cast<int64_t>(from.restorer->peer_bytes_received()));
-  if (const MemoryTier* memory_tier = from.tiers->memory_tier(); memory_tier != nullptr) {
-    response->set_memory_steps_limit(memory_tier->max_steps());
-    for (const MemoryTier::Held& held : memory_tier->Steps()) {
-      v1::KeptStep* kept = response->add_memory_steps();
-      kept->set_run(held.key.run);
-      kept->set_step(held.key.step);
-      kept->set_bytes(held.bytes);
-    }
+  // Without a memory tier: a limit of 0 and no steps.
+  const MemoryTier* memory_tier = from.tiers->memory_tier();
+  response->set_memory_steps_limit(memory_tier->max_steps());
+  for (const MemoryTier::Held& held : memory_tier->Steps()) {
+    v1::KeptStep* kept = response->add_memory_steps();
+    kept->set_run(held.key.run);
+    kept->set_step(held.key.step);
+    kept->set_bytes(held.bytes);
   }
   const std::map<std::string, StepRegistry::CommitTiming> timings = from.registry->LastCommitTimings();
   for (v1::RunStatus& rs : *response->mutable_runs()) {

@@ -1,7 +1,10 @@
 #include "daemon/tiers/storage_tiers.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/bundle/bundle.h"
 
 namespace ckptd {
@@ -31,7 +34,19 @@ StorageTiers::StorageTiers(StorageTiersOptions options)
       commit_store_(&commit_fs_, options_.root),
       read_store_(options_.memory_steps > 0 ? static_cast<FileSystem*>(&memory_fs_) : &restore_fs_,
                   options_.root) {
-  if (options_.drain != nullptr) drain_store_.emplace(options_.drain, options_.drain_root);
+  if (options_.drain != nullptr) {
+    drain_store_.emplace(options_.drain, options_.drain_root);
+    drainer_.emplace(&commit_store_, &*drain_store_, options_.drain_dir_mode, options_.drain_bandwidth);
+  }
+}
+
+void StorageTiers::LogSetUp() const {
+  if (drainer_.has_value()) {
+    spdlog::info("drain to {}{}", options_.drain_root,
+                 options_.drain_bandwidth > 0
+                     ? absl::StrCat(" at up to ", options_.drain_bandwidth / 1000000, " MB/s")
+                     : std::string());
+  }
 }
 
 bool StorageTiers::ReadsThroughPeers() const {
@@ -53,7 +68,13 @@ std::unique_ptr<StorageTiers::StepReads> StorageTiers::ForStep(const std::string
                                 !local_storage(), &reads->counts_);
   }
   reads->top_ = fs;
+  reads->others_hold_missing_files_ = local_storage() && !reads->through_peers();
   return reads;
+}
+
+std::vector<const CheckpointStore*> StorageTiers::CopiesBeyondRoot() const {
+  if (!drain_store_.has_value()) return {};
+  return {&*drain_store_};
 }
 
 std::vector<CommitObserver*> StorageTiers::CommitObservers(StagingArea* staging) {

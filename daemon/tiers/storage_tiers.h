@@ -20,6 +20,7 @@
 #define CKPTD_DAEMON_TIERS_STORAGE_TIERS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,12 +29,15 @@
 #include "absl/time/time.h"
 #include "daemon/base/storage_mode.h"
 #include "daemon/coord/commit_observer.h"
+#include "daemon/coord/coordinator.h"
 #include "daemon/coord/memory_tier.h"
 #include "daemon/io/file_system.h"
 #include "daemon/io/read_cache.h"
+#include "daemon/peer/credentials.h"
 #include "daemon/peer/peer.h"
 #include "daemon/staging/staging_area.h"
 #include "daemon/store/checkpoint_store.h"
+#include "daemon/store/drain.h"
 
 namespace ckptd {
 
@@ -50,10 +54,33 @@ struct StorageTiersOptions {
   int memory_steps = 0;  // 0: no memory tier
   // Reads of other hosts' files end within this (or the call's deadline).
   absl::Duration peer_timeout = absl::Minutes(1);
-  // The drain root's file system (not owned) and path; null without drain_to.
+  // The drain root's file system (not owned) and path; null without drain_to. The
+  // drain's directories are made with drain_dir_mode; each host copies at up to
+  // drain_bandwidth bytes per second (0: unthrottled).
   FileSystem* drain = nullptr;
   std::string drain_root{};
+  uint32_t drain_dir_mode = 0700;
+  int64_t drain_bandwidth = 0;
 };
+
+// What a daemon brings to the peer channel's set-up (StorageTiers::MeetPeers).
+struct PeerSetUp {
+  int rank = 0;
+  std::string tcp_address{};  // as configured (tcp.address); "" without a listener
+  int tcp_port = 0;           // the port it got (0: no listener)
+  TlsFilePaths tls{};
+  std::map<std::string, std::string> failure_domains{};  // host -> domain; unmapped: its own
+  int replicas = 0;
+};
+
+// The drain root (drain_to), claimed at start-up: made private (or open to `group`),
+// and a file system confined beneath it. Shared by every host, so not locked: each
+// rank copies its own files. `fs` is null without a drain; `path` is resolved.
+struct DrainRootClaim {
+  std::unique_ptr<FileSystem> fs;
+  std::string path;
+};
+absl::StatusOr<DrainRootClaim> ClaimDrainRoot(const std::string& drain_to, gid_t group);
 
 class StorageTiers {
  public:
@@ -70,8 +97,13 @@ class StorageTiers {
   const CheckpointStore* read_store() const { return &read_store_; }
   // The drain root (drain_to), or null.
   const CheckpointStore* drain_store() const { return drain_store_ ? &*drain_store_ : nullptr; }
-  // memory_steps: the kept steps, or null without a memory tier.
-  const MemoryTier* memory_tier() const { return options_.memory_steps > 0 ? &memory_tier_ : nullptr; }
+  // The thread that copies committed steps into the drain root, or null without one.
+  Drainer* drainer() { return drainer_ ? &*drainer_ : nullptr; }
+  // memory_steps: the kept steps (none, with a limit of 0, without a memory tier).
+  const MemoryTier* memory_tier() const { return &memory_tier_; }
+  // Where else committed steps may be read, after the root, in the order a restore
+  // tries them: the drain, when there is one.
+  std::vector<const CheckpointStore*> CopiesBeyondRoot() const;
   ReadCache* read_cache() { return &read_cache_; }
   const ReadCache* read_cache() const { return &read_cache_; }
   // Where the other hosts' daemons listen (filled at start-up by MeetPeers).
@@ -94,6 +126,9 @@ class StorageTiers {
     FileSystem* fs() const { return top_; }
     // Whether other hosts' files come through their daemons.
     bool through_peers() const { return peers_.has_value(); }
+    // Whether a data file missing here may simply be another host's (local disks,
+    // read without the peers): then it is not evidence that the step was lost.
+    bool others_hold_missing_files() const { return others_hold_missing_files_; }
     uint64_t storage_bytes() const { return counts_.storage_bytes.load(); }
     uint64_t peer_bytes() const { return counts_.peer_bytes.load(); }
     // Declares the stored ranges this read will take, so the read cache keeps blocks
@@ -111,6 +146,7 @@ class StorageTiers {
     std::optional<MemoryTierFileSystem> memory_;
     std::optional<PeerFileSystem> peers_;
     FileSystem* top_ = nullptr;
+    bool others_hold_missing_files_ = false;
   };
   // The stack for reading committed `step` of `run` from the root (within `deadline`).
   // With `keep_all`, the read cache keeps every block read; otherwise only those
@@ -127,6 +163,17 @@ class StorageTiers {
   // and a Save that needs the room evicts the oldest kept step). Call once, at start.
   std::vector<CommitObserver*> CommitObservers(StagingArea* staging);
 
+  // The peer channel, with local storage or read_once (else nothing to do): every
+  // daemon learns where the others listen and the job's token, over `coordinator`'s
+  // collective (every rank must call it), so that a restore can read other hosts'
+  // files through their daemons. A host without a TCP listener offers none, and then
+  // restores read this host's shards only. With replicas, places each host's copies
+  // (other failure domains) and hands them and `copier` to the coordinator.
+  absl::Status MeetPeers(const PeerSetUp& mine, Coordinator& coordinator, ShardCopier* copier);
+
+  // Logs, once the daemon serves, what the tiers add to the root (the drain).
+  void LogSetUp() const;
+
  private:
   StorageTiersOptions options_;
   mutable ReadCache read_cache_;
@@ -137,6 +184,7 @@ class StorageTiers {
   CheckpointStore commit_store_;
   CheckpointStore read_store_;
   std::optional<CheckpointStore> drain_store_;
+  std::optional<Drainer> drainer_;  // after the stores it copies between
   mutable PeerDirectory peer_directory_;
   std::optional<MemoryTierObserver> memory_observer_;
 };

@@ -52,7 +52,7 @@ absl::StatusOr<Comparison> Compare(BundleReader& a, const ckptd::TensorInfo& ia,
   const int64_t element_bytes = ckptd::DataTypeSize(ia.dtype);
   const bool numeric = ckptd::IsRealNumeric(ia.dtype);
   std::string bytes_a, bytes_b;
-  std::vector<double> values_a, values_b;
+  ckptd::Numbers values_a, values_b;
   for (const ckptd::Box& box : RowChunks(ia.shape, ia.dtype)) {
     const auto size = static_cast<size_t>(box.NumElements() * element_bytes);
     bytes_a.resize(size);
@@ -64,8 +64,8 @@ absl::StatusOr<Comparison> Compare(BundleReader& a, const ckptd::TensorInfo& ia,
     values_a.clear();
     values_b.clear();
     const size_t count = size / static_cast<size_t>(element_bytes);
-    RETURN_IF_ERROR(ckptd::ElementsAsDouble(ia.dtype, bytes_a.data(), count, &values_a));
-    RETURN_IF_ERROR(ckptd::ElementsAsDouble(ib.dtype, bytes_b.data(), count, &values_b));
+    RETURN_IF_ERROR(ckptd::AppendNumbers(ia.dtype, bytes_a.data(), count, &values_a));
+    RETURN_IF_ERROR(ckptd::AppendNumbers(ib.dtype, bytes_b.data(), count, &values_b));
     out.values.Add(values_a, values_b, atol, rtol);
   }
   return out;
@@ -121,14 +121,16 @@ absl::Status CompareTensors(BundleReader& a, const ckptd::TensorInfo& ia, Bundle
         (*change)["kind"] = "values";
         (*change)["compared"] = v.compared;
         (*change)["mismatched"] = v.mismatched;
-        (*change)["max_abs_diff"] = v.max_abs_diff;
+        // Two elements of one integer dtype differ by less than 2^64.
+        (*change)["max_abs_diff"] =
+            v.integral ? json(static_cast<uint64_t>(v.max_abs_integer_diff)) : json(v.max_abs_diff);
         if (v.first_index >= 0) (*change)["first_mismatch"] = IndexString(ia.shape, v.first_index);
         (*change)["change"] =
             v.mismatched == 0
                 ? std::string("bytes differ, values equal (signed zeros or NaN payloads)")
                 : absl::StrCat("values: ", v.mismatched, " of ", v.compared, " element(s) differ",
                                tolerant ? absl::StrCat(" beyond atol ", atol, " rtol ", rtol) : "",
-                               ", max abs diff ", v.max_abs_diff, ", first at ",
+                               ", max abs diff ", v.MaxAbsDiffText(), ", first at ",
                                IndexString(ia.shape, v.first_index));
       }
     }

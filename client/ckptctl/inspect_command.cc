@@ -30,23 +30,34 @@ namespace ckptctl {
 namespace {
 absl::StatusOr<ckptd::TensorStats> Stats(BundleReader& reader, const ckptd::TensorInfo& info) {
   ckptd::TensorStats stats;
-  std::vector<double> values;
+  ckptd::Numbers values;
   RETURN_IF_ERROR(ForEachChunk(reader, info, [&](const std::string& bytes) {
     values.clear();
-    RETURN_IF_ERROR(ckptd::ElementsAsDouble(info.dtype, bytes.data(),
-                                            bytes.size() / ckptd::DataTypeSize(info.dtype), &values));
+    RETURN_IF_ERROR(ckptd::AppendNumbers(info.dtype, bytes.data(),
+                                         bytes.size() / ckptd::DataTypeSize(info.dtype), &values));
     stats.Add(values);
     return absl::OkStatus();
   }));
   return stats;
 }
 
+// An exact integer as JSON: every value of an integer dtype fits int64 or uint64.
+json IntegerJson(ckptd::ExactInt v) {
+  if (v < 0) return static_cast<int64_t>(v);
+  return static_cast<uint64_t>(v);
+}
+
 json StatsJson(const ckptd::TensorStats& s) {
   json j = {{"count", s.count}, {"nan", s.nan}, {"pos_inf", s.pos_inf}, {"neg_inf", s.neg_inf}};
   if (s.finite > 0) {
-    j["min"] = s.min;
-    j["max"] = s.max;
+    j["min"] = s.integral ? IntegerJson(s.integer_min) : json(s.min);
+    j["max"] = s.integral ? IntegerJson(s.integer_max) : json(s.max);
     j["mean"] = s.mean();
+    // Integer tensors: whether "mean" (a double) and mean_text (6 decimals) are rounded.
+    if (s.integral) {
+      j["mean_text"] = s.MeanText();
+      j["mean_rounded"] = s.mean_rounded();
+    }
   } else {
     j["min"] = j["max"] = j["mean"] = nullptr;
   }
@@ -57,9 +68,13 @@ std::string StatsText(int dtype, const ckptd::TensorStats& s) {
   if (s.finite == 0) {
     return absl::StrCat("no finite value; nan ", s.nan, " +inf ", s.pos_inf, " -inf ", s.neg_inf);
   }
+  if (s.integral) {
+    return absl::StrCat("min ", ckptd::FormatInteger(dtype, s.integer_min), " max ",
+                        ckptd::FormatInteger(dtype, s.integer_max), " mean ", s.MeanText(),
+                        s.mean_rounded() ? " (rounded)" : "");
+  }
   return absl::StrCat("min ", ckptd::FormatNumber(dtype, s.min), " max ", ckptd::FormatNumber(dtype, s.max),
-                      " mean ", ckptd::FormatNumber(ckptd::kDouble, s.mean()), " nan ", s.nan, " +inf ",
-                      s.pos_inf, " -inf ", s.neg_inf);
+                      " mean ", s.MeanText(), " nan ", s.nan, " +inf ", s.pos_inf, " -inf ", s.neg_inf);
 }
 
 // numpy prints every element up to this many, else a summary.
@@ -74,14 +89,16 @@ json NestedJson(const ckptd::Shape& shape, const std::vector<json>& flat, size_t
   return out;
 }
 
-json NumberJson(int dtype, double v) {
+// Element `i` as JSON: integers exactly, bools as true/false, non-finite floats as
+// strings ("nan", "inf", "-inf"; JSON has no such numbers).
+json NumberJson(int dtype, const ckptd::Numbers& numbers, size_t i) {
+  if (numbers.integral) {
+    if (dtype == ckptd::kBool) return numbers.integers[i] != 0;
+    return IntegerJson(numbers.integers[i]);
+  }
+  const double v = numbers.reals[i];
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (dtype == ckptd::kBool) return v != 0;
-  if (!ckptd::IsFloating(dtype)) {
-    if (dtype == ckptd::kUint64) return static_cast<uint64_t>(v);
-    return static_cast<int64_t>(v);
-  }
   return v;
 }
 
@@ -90,7 +107,7 @@ json NumberJson(int dtype, double v) {
 // The elements at every index tuple of `axes` (row-major), as text and JSON: from
 // `strings` or `numbers` (the whole tensor, flat) or, summarized, read one by one.
 absl::Status ShownValues(BundleReader& reader, const ckptd::TensorInfo& info,
-                         const std::vector<std::string>& strings, const std::vector<double>& numbers,
+                         const std::vector<std::string>& strings, const ckptd::Numbers& numbers,
                          const std::vector<std::vector<int64_t>>& axes, bool summarize,
                          std::vector<std::string>* shown, std::vector<json>* shown_json) {
   const size_t rank = info.shape.size();
@@ -108,17 +125,15 @@ absl::Status ShownValues(BundleReader& reader, const ckptd::TensorInfo& info,
       shown->push_back(ckptd::FormatBytes(strings[index]));
       shown_json->push_back(strings[index]);
     } else {
-      double v;
+      ckptd::Numbers single;
       if (summarize) {
-        std::vector<double> single;
         RETURN_IF_ERROR(reader.ReadBox(info, one, element.data()));
-        RETURN_IF_ERROR(ckptd::ElementsAsDouble(info.dtype, element.data(), 1, &single));
-        v = single[0];
-      } else {
-        v = numbers[index];
+        RETURN_IF_ERROR(ckptd::AppendNumbers(info.dtype, element.data(), 1, &single));
       }
-      shown->push_back(ckptd::FormatNumber(info.dtype, v));
-      shown_json->push_back(NumberJson(info.dtype, v));
+      const ckptd::Numbers& from = summarize ? single : numbers;
+      const size_t at_index = summarize ? 0 : index;
+      shown->push_back(ckptd::FormatNumberAt(info.dtype, from, at_index));
+      shown_json->push_back(NumberJson(info.dtype, from, at_index));
     }
     size_t d = rank;  // the next index tuple, row-major
     while (d > 0 && ++at[d - 1] == axes[d - 1].size()) at[--d] = 0;
@@ -149,15 +164,15 @@ int PrintValues(BundleReader& reader, const std::string& name, bool as_json) {
                      " (use ckptctl export for whole arrays)")));
   }
   // Row-major flat values of the whole tensor, or (summarized) of the grid shown.
-  std::vector<double> numbers;
+  ckptd::Numbers numbers;
   if (!is_string && summarize) {
     if (absl::Status s = reader.CheckBoxReadable(*info, ckptd::Box::Full(info->shape)); !s.ok())
       return Error(s);
   }
   if (!is_string && !summarize) {
     absl::Status s = ForEachChunk(reader, *info, [&](const std::string& bytes) {
-      return ckptd::ElementsAsDouble(info->dtype, bytes.data(),
-                                     bytes.size() / ckptd::DataTypeSize(info->dtype), &numbers);
+      return ckptd::AppendNumbers(info->dtype, bytes.data(), bytes.size() / ckptd::DataTypeSize(info->dtype),
+                                  &numbers);
     });
     if (!s.ok()) return Error(s);
   }

@@ -107,11 +107,11 @@ void DeclareWriters(CLI::App& app, Args& a, Commands& c) {
   c.diff
       ->add_option("--atol", a.diff_options.atol,
                    "compare numbers with this absolute tolerance (as numpy.isclose; NaN equals NaN)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ckptd::NumberAtLeastZero());
   c.diff
       ->add_option("--rtol", a.diff_options.rtol,
                    "compare numbers with this relative tolerance (of B's value)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ckptd::NumberAtLeastZero());
   c.diff->add_flag("--json", a.as_json, "print JSON");
 
   c.importer = app.add_subcommand(
@@ -131,10 +131,10 @@ void DeclareWriters(CLI::App& app, Args& a, Commands& c) {
   c.gc->add_option("DIR", a.target, "run directory (<root>/<run>)")->required();
   c.gc->add_option("--keep-last", a.keep_last, "keep the newest N committed steps")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(ckptd::IntegerAtLeast(1));
   c.gc->add_option("--keep-every-n-steps,--keep-every", a.keep_every,
                    "also keep steps divisible by K (as the config's retention.keep_every_n_steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ckptd::IntegerAtLeast(0));
   c.gc->add_flag("--dry-run", a.dry_run, "only say what would be removed");
   c.gc->add_flag("-q,--quiet", a.quiet, "no progress");
   c.gc->add_flag("--json", a.as_json, "print JSON");

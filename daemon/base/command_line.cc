@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/base/closest_word.h"
@@ -73,6 +74,26 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv, absl::
     return kUsageError;
   }
   return std::nullopt;
+}
+
+CLI::Validator IntegerAtLeast(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (absl::SimpleAtoi(text, &value) && value >= min) return "";
+        return absl::StrCat("must be an integer ", min, " or more, not '", text, "'");
+      },
+      absl::StrCat("INT >= ", min));
+}
+
+CLI::Validator NumberAtLeastZero() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (absl::SimpleAtod(text, &value) && value >= 0) return "";
+        return absl::StrCat("must be a number 0 or more, not '", text, "'");
+      },
+      "NUMBER >= 0");
 }
 
 }  // namespace ckptd

@@ -406,9 +406,20 @@ const ConfigKey* FindConfigKey(absl::string_view name) {
 }
 
 absl::Status UnknownConfigKey(absl::string_view name) {
-  std::vector<std::string> names;
-  for (const ConfigKey& key : ConfigKeys()) names.push_back(key.name);
-  const std::optional<std::string> near = ClosestWord(std::string(name), names);
+  std::vector<std::string> names, leaves;
+  for (const ConfigKey& key : ConfigKeys()) {
+    names.push_back(key.name);
+    leaves.push_back(key.name.substr(key.name.find('.') + 1));
+  }
+  std::optional<std::string> near = ClosestWord(std::string(name), names);
+  if (!near.has_value()) {
+    // A key of a section written without it (keep_lats for retention.keep_last), or
+    // under the wrong one: the closest key by its last part.
+    const std::string leaf(name.substr(name.find('.') + 1));
+    if (const std::optional<std::string> near_leaf = ClosestWord(leaf, leaves); near_leaf.has_value()) {
+      near = names[std::find(leaves.begin(), leaves.end(), *near_leaf) - leaves.begin()];
+    }
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("config: unknown key '", name, "'",
                    near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : ""));

@@ -204,6 +204,10 @@ TEST(ConfigTableTest, UnknownKeysNameTheClosestKnownOne) {
   EXPECT_EQ(ParseConfig("retention:\n  keep_lats: 3\n").status().message(),
             "config: unknown key 'retention.keep_lats' (did you mean 'retention.keep_last'?)");
   EXPECT_EQ(ParseConfig("rot: /data").status().message(), "config: unknown key 'rot' (did you mean 'root'?)");
+  EXPECT_EQ(ParseConfig("keep_lats: 3").status().message(),
+            "config: unknown key 'keep_lats' (did you mean 'retention.keep_last'?)");
+  EXPECT_EQ(ParseConfig("limits:\n  memory_limit: 1GiB\n").status().message(),
+            "config: unknown key 'limits.memory_limit' (did you mean 'staging.memory_limit'?)");
   EXPECT_EQ(ParseConfig("completely_unrelated: 1").status().message(),
             "config: unknown key 'completely_unrelated'");
   EXPECT_EQ(ParseConfig("limits: 5").status().message(), "config: limits must be a map");

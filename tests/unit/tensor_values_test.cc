@@ -78,6 +78,87 @@ TEST(TensorValuesTest, ToleranceFollowsNumpyIscloseWithEqualNan) {
   EXPECT_EQ(diff.max_abs_diff, 2);
 }
 
+// The extremes of every integer dtype, read, summed, compared and printed exactly:
+// no value passes through a double.
+TEST(TensorValuesTest, IntegersOfEveryDtypeStayExactAtTheirExtremes) {
+  Numbers n;
+  ASSERT_TRUE(
+      AppendNumbers(kInt64, Bytes<int64_t>({(int64_t{1} << 53) + 1, (int64_t{1} << 62) + 7}).data(), 2, &n)
+          .ok());
+  EXPECT_TRUE(n.integral);
+  EXPECT_EQ(FormatNumberAt(kInt64, n, 0), "9007199254740993");
+  EXPECT_EQ(FormatNumberAt(kInt64, n, 1), "4611686018427387911");
+  const auto check_extremes = [](int dtype, const std::string& bytes, const std::string& min,
+                                 const std::string& max) {
+    Numbers values;
+    ASSERT_TRUE(AppendNumbers(dtype, bytes.data(), 2, &values).ok()) << DataTypeName(dtype);
+    EXPECT_EQ(FormatNumberAt(dtype, values, 0), min) << DataTypeName(dtype);
+    EXPECT_EQ(FormatNumberAt(dtype, values, 1), max) << DataTypeName(dtype);
+    TensorStats stats;
+    stats.Add(values);
+    EXPECT_EQ(FormatInteger(dtype, stats.integer_min), min) << DataTypeName(dtype);
+    EXPECT_EQ(FormatInteger(dtype, stats.integer_max), max) << DataTypeName(dtype);
+  };
+  check_extremes(kInt8, Bytes<int8_t>({-128, 127}), "-128", "127");
+  check_extremes(kInt16, Bytes<int16_t>({-32768, 32767}), "-32768", "32767");
+  check_extremes(kInt32, Bytes<int32_t>({std::numeric_limits<int32_t>::min(), 2147483647}), "-2147483648",
+                 "2147483647");
+  check_extremes(kInt64,
+                 Bytes<int64_t>({std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}),
+                 "-9223372036854775808", "9223372036854775807");
+  check_extremes(kUint8, Bytes<uint8_t>({0, 255}), "0", "255");
+  check_extremes(kUint16, Bytes<uint16_t>({0, 65535}), "0", "65535");
+  check_extremes(kUint32, Bytes<uint32_t>({0, 4294967295u}), "0", "4294967295");
+  check_extremes(kUint64, Bytes<uint64_t>({0, std::numeric_limits<uint64_t>::max()}), "0",
+                 "18446744073709551615");
+  check_extremes(kBool, Bytes<uint8_t>({0, 1}), "False", "True");
+
+  // Means: exact when they are (to 6 decimals), else rounded and saying so.
+  TensorStats big;
+  big.Add(n);
+  EXPECT_EQ(big.MeanText(), "2310346608841064452");  // (2^53 + 1 + 2^62 + 7) / 2
+  EXPECT_FALSE(big.mean_rounded());
+  Numbers unsigned_max;
+  ASSERT_TRUE(
+      AppendNumbers(kUint64, Bytes<uint64_t>({std::numeric_limits<uint64_t>::max()}).data(), 1, &unsigned_max)
+          .ok());
+  TensorStats one;
+  one.Add(unsigned_max);
+  EXPECT_EQ(one.MeanText(), "18446744073709551615");
+  Numbers thirds;
+  ASSERT_TRUE(AppendNumbers(kInt32, Bytes<int32_t>({-1, -1, 0}).data(), 3, &thirds).ok());
+  TensorStats third;
+  third.Add(thirds);
+  EXPECT_EQ(third.MeanText(), "~-0.666667");
+  EXPECT_TRUE(third.mean_rounded());
+  EXPECT_DOUBLE_EQ(third.mean(), -2.0 / 3);
+
+  // Differences: one unit at 2^53 + 1 is a difference, and an atol is an exact bound.
+  Numbers a, b;
+  ASSERT_TRUE(AppendNumbers(kInt64, Bytes<int64_t>({(int64_t{1} << 53) + 1, 5}).data(), 2, &a).ok());
+  ASSERT_TRUE(AppendNumbers(kInt64, Bytes<int64_t>({int64_t{1} << 53, 5}).data(), 2, &b).ok());
+  ValueDiff exact;
+  exact.Add(a, b, 0, 0);
+  EXPECT_EQ(exact.mismatched, 1);
+  EXPECT_EQ(exact.first_index, 0);
+  EXPECT_EQ(exact.MaxAbsDiffText(), "1");
+  ValueDiff within;
+  within.Add(a, b, 1, 0);
+  EXPECT_EQ(within.mismatched, 0);
+  Numbers lowest, highest;
+  ASSERT_TRUE(AppendNumbers(kUint64, Bytes<uint64_t>({0}).data(), 1, &lowest).ok());
+  ASSERT_TRUE(
+      AppendNumbers(kUint64, Bytes<uint64_t>({std::numeric_limits<uint64_t>::max()}).data(), 1, &highest)
+          .ok());
+  ValueDiff widest;
+  widest.Add(lowest, highest, 2e19, 0);
+  EXPECT_EQ(widest.mismatched, 0);
+  EXPECT_EQ(widest.MaxAbsDiffText(), "18446744073709551615");
+  ValueDiff just_outside;
+  just_outside.Add(lowest, highest, 18446744073709549568.0, 0);  // the double just below 2^64 - 1
+  EXPECT_EQ(just_outside.mismatched, 1);
+}
+
 TEST(TensorValuesTest, StringTensorsDecodeFromTheBundleEncoding) {
   auto scalar = DecodeStrings(EncodeStringScalar("hello"), 1);
   ASSERT_TRUE(scalar.ok()) << scalar.status();

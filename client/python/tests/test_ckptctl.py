@@ -244,6 +244,12 @@ def test_usage_errors_exit_two_and_suggest_the_command_meant():
     r = subprocess.run([os.environ.get("CKPTD_BINARY", "ckptd"), "--rot", "/tmp/x"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "did you mean '--root'" in r.stderr, r.stderr
+    # Numeric limits in words, not the digits of the largest double.
+    r = ckptctl("gc", "/tmp", "--keep-last", "0")
+    assert r.returncode == 2 and "--keep-last: must be an integer 1 or more, not '0'" in r.stderr, r.stderr
+    assert len(r.stderr) < 200, r.stderr
+    r = ckptctl("diff", "/tmp", "/tmp", "--atol", "-1")
+    assert r.returncode == 2 and "must be a number 0 or more, not '-1'" in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -546,6 +552,39 @@ def test_inspect_values_stats_trainer_state_and_checkpoint_facts(job):
     assert text.splitlines()[1] == "b'7'", text
     r = ckptctl("inspect", run_dir, "--values", "nope")
     assert r.returncode == 2 and "nope" in r.stderr, r.stderr
+
+
+def test_integers_are_exact_in_inspect_stats_diff_and_json(job):
+    """Values beyond 2^53 (and uint64's top half) print, summarize and compare exactly:
+    nothing passes through a double."""
+    extremes = {f"{t.__name__}": np.array([np.iinfo(t).min, np.iinfo(t).max], t)
+                for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
+    extremes["big"] = np.array([2**53 + 1, 2**62 + 7], np.int64)
+    run_dir = save(job, "ints", 1, extremes)
+    changed = dict(extremes, big=np.array([2**53, 2**62 + 7], np.int64))
+    save(job, "ints", 2, changed)
+    step = lambda s: os.path.join(run_dir, f"step-{s:08d}")
+
+    for name, values in extremes.items():
+        text = ckptctl("inspect", step(1), "--values", name).stdout
+        assert text.splitlines()[1] == "[" + ", ".join(str(int(v)) for v in values) + "]", text
+        out = json.loads(ckptctl("inspect", step(1), "--values", name, "--json").stdout)
+        assert out["values"] == [int(v) for v in values], out
+    stats = {e["key"]: e["stats"] for e in
+             json.loads(ckptctl("inspect", step(1), "--stats", "--json").stdout)["entries"]}
+    assert (stats["uint64"]["min"], stats["uint64"]["max"]) == (0, 2**64 - 1)
+    assert stats["uint64"]["mean_text"] == "9223372036854775807.5" and not stats["uint64"]["mean_rounded"]
+    assert (stats["int64"]["min"], stats["int64"]["max"]) == (-2**63, 2**63 - 1)
+    assert stats["big"]["mean_text"] == str((2**53 + 1 + 2**62 + 7) // 2) and not stats["big"]["mean_rounded"]
+    text = ckptctl("inspect", step(1), "--stats", "--tensors", "^uint64$").stdout
+    assert "min 0 max 18446744073709551615 mean 9223372036854775807.5" in text, text
+
+    r = ckptctl("diff", step(1), step(2))
+    assert r.returncode == 1 and "1 of 2 element(s) differ" in r.stdout and "max abs diff 1," in r.stdout, r.stdout
+    r = ckptctl("diff", step(1), step(2), "--atol", "1", "--json")
+    assert r.returncode == 0, r.stdout
+    r = ckptctl("diff", step(1), step(2), "--atol", "0.5", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["changed"][0]["max_abs_diff"] == 1, r.stdout
 
 
 TESTDATA = os.path.join(os.environ.get("CKPTD_SOURCE_DIR", "."), "tests", "testdata", "tf")

@@ -203,16 +203,14 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, absl::Duration timeout,
-                                                        const TlsFiles* tls) {
-  std::string target = address;
-  if (target.empty()) {
-    const char* env = std::getenv("CKPTD_ADDRESS");
-    if (env == nullptr || *env == '\0') {
-      return absl::InvalidArgumentError("no daemon address: pass one or set CKPTD_ADDRESS");
+                                                        const TlsFiles* tls, WaitForDaemon wait) {
+  const std::string target = DaemonTarget(address);
+  const std::string chosen = client_internal::HowAddressWasChosen(address);
+  if (wait == WaitForDaemon::kNo) {
+    if (absl::Status listening = client_internal::CheckSocketListening(target, chosen); !listening.ok()) {
+      return listening;
     }
-    target = env;
   }
-  if (!absl::StartsWith(target, "unix:") && absl::StartsWith(target, "/")) target = "unix:" + target;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
   args.SetMaxSendMessageSize(wire::kMaxMessageBytes);
@@ -241,8 +239,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
   if (!channel->WaitForConnected(DeadlineIn(timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to ckptd at ", target, " within ", absl::FormatDuration(timeout)));
+    return absl::UnavailableError(absl::StrCat("cannot connect to ckptd at ", target, chosen, " within ",
+                                               absl::FormatDuration(timeout)));
   }
   return std::unique_ptr<Client>(new Client(std::move(channel), absl::StartsWith(target, "unix:")));
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +36,12 @@ void SetDeviceMemory(v1::DeviceMemory* out, const DeviceMemory& in);
 // Errors that say the daemon cannot map this client's segments at all (another
 // host, another user): streaming will work where shared memory does not.
 bool SharedMemoryUnusable(const absl::Status& s);
+// " (from $CKPTD_ADDRESS)", " (the default socket)", or "" for an address given:
+// how a Connect's target was chosen.
+std::string HowAddressWasChosen(const std::string& address);
+// For a unix-socket target: UNAVAILABLE at once when no file is there or nothing
+// accepts on it, saying which and what to do. OK otherwise (TCP targets too).
+absl::Status CheckSocketListening(const std::string& target, const std::string& chosen);
 
 }  // namespace ckptd::client_internal
 

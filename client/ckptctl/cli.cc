@@ -116,14 +116,19 @@ absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
 }
 
 void DaemonFlags::AddTo(CLI::App* app) {
-  app->add_option("--address", address, "daemon socket or host:port (default $CKPTD_ADDRESS)");
+  app->add_option("--address", address,
+                  "daemon socket (a path: sock/0.sock, /run/ckptd.sock, unix:...) or host:port (default "
+                  "$CKPTD_ADDRESS, else the default socket " +
+                      ckptd::DefaultSocketPath() + ")");
   app->add_option("--tls-cert", tls.cert, "client certificate (PEM) for a TCP address");
   app->add_option("--tls-key", tls.key, "client key (PEM)");
   app->add_option("--tls-ca", tls.ca, "CA certificate (PEM) the daemon's certificate must chain to");
 }
 
 absl::StatusOr<std::unique_ptr<ckptd::Client>> DaemonFlags::Connect() const {
-  return ckptd::Client::Connect(address, absl::Seconds(5), tls.ca.empty() ? nullptr : &tls);
+  // An operator asks a daemon that should be running: no socket is an answer at once.
+  return ckptd::Client::Connect(address, absl::Seconds(5), tls.ca.empty() ? nullptr : &tls,
+                                ckptd::WaitForDaemon::kNo);
 }
 
 }  // namespace ckptctl

@@ -189,13 +189,33 @@ struct TlsFiles {
   std::string ca;    // the CA the daemon's certificate must chain to
 };
 
+// The socket a daemon started without flags listens on: /tmp/ckptd-<uid>/ckptd-0.sock.
+std::string DefaultSocketPath();
+
+// The gRPC target an address names, as people write addresses: "unix:PATH" as it is;
+// a value that contains a '/' or names an existing file is a unix socket (relative
+// paths from the working directory); anything else is "host:port" (TCP). Empty:
+// $CKPTD_ADDRESS, else the default socket (DefaultSocketPath).
+std::string DaemonTarget(const std::string& address);
+
+// How the daemon is looked for when it is not there.
+enum class WaitForDaemon {
+  // Wait up to the timeout for a daemon to listen: a trainer may start before it.
+  kUpToTimeout,
+  // A unix socket that is missing, or that nothing accepts on, is UNAVAILABLE at
+  // once, saying so (an operator's tool, asking a daemon that should be running).
+  kNo,
+};
+
 class Client {
  public:
-  // `address` is "unix:/path", a plain socket path, "host:port" (needs `tls`), or
-  // empty for $CKPTD_ADDRESS. Waits up to `timeout` for the daemon to accept.
+  // `address` as DaemonTarget reads it ("host:port" needs `tls`). Waits up to
+  // `timeout` for the daemon to accept (see WaitForDaemon); an error names the
+  // address tried and how it was chosen.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address = "",
                                                          absl::Duration timeout = absl::Seconds(10),
-                                                         const TlsFiles* tls = nullptr);
+                                                         const TlsFiles* tls = nullptr,
+                                                         WaitForDaemon wait = WaitForDaemon::kUpToTimeout);
 
   // Stages this trainer's shards for (run, step); returns once they are in daemon
   // memory, after which the shards' buffers may be reused. On the shared-memory path

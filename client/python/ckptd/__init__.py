@@ -11,7 +11,9 @@
 Errors raise ckptd.Error, which carries the gRPC status code and message.
 """
 
-from ckptd.client import (Client, Error, RestoreResult, RestoreSpec, SaveResult, TensorSpec)
+from ckptd.client import (Client, Error, RestoreResult, RestoreSpec, SaveResult, TensorSpec, daemon_target,
+                          default_socket_path)
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Error", "RestoreResult", "RestoreSpec", "SaveResult", "TensorSpec", "__version__"]
+__all__ = ["Client", "Error", "RestoreResult", "RestoreSpec", "SaveResult", "TensorSpec", "daemon_target",
+           "default_socket_path", "__version__"]

@@ -196,20 +196,44 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
+def default_socket_path() -> str:
+    """The socket a daemon started without flags listens on."""
+    return f"/tmp/ckptd-{os.getuid()}/ckptd-0.sock"
+
+
+def daemon_target(address: Optional[str] = None) -> str:
+    """The gRPC target an address names, as the C++ client and ckptctl read it:
+    "unix:PATH" as it is; a value with a "/" or naming an existing file is a unix
+    socket; anything else is host:port. Empty: $CKPTD_ADDRESS, else the default socket."""
+    given = address or os.environ.get("CKPTD_ADDRESS", "") or default_socket_path()
+    if given.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
+        return given
+    if "/" in given or os.path.exists(given):
+        return "unix:" + given
+    return given
+
+
+def _how_address_was_chosen(address: Optional[str]) -> str:
+    if address:
+        return ""
+    if os.environ.get("CKPTD_ADDRESS"):
+        return " (from $CKPTD_ADDRESS)"
+    return " (the default socket; pass an address or set CKPTD_ADDRESS)"
+
+
 class Client:
     """A connection to the ckptd on this host.
 
-    address: "unix:/path", a socket path, or empty for $CKPTD_ADDRESS.
+    address: "unix:/path", a socket path ("sock/0.sock", "/run/ckptd.sock": anything
+    with a "/" or naming an existing file), "host:port", or empty for
+    $CKPTD_ADDRESS, else the daemon's default socket (default_socket_path()).
     transport: "auto" (shared memory on a unix socket), "stream" or "shm".
     """
 
     def __init__(self, address: Optional[str] = None, timeout: float = 10.0, transport: str = "auto") -> None:
         """Connects within `timeout` seconds; raises Error(UNAVAILABLE) otherwise."""
-        address = address or os.environ.get("CKPTD_ADDRESS", "")
-        if not address:
-            raise ValueError("no daemon address: pass one or set CKPTD_ADDRESS")
-        if address.startswith("/"):
-            address = "unix:" + address
+        chosen = _how_address_was_chosen(address)
+        address = daemon_target(address)
         if transport not in ("auto", "stream", "shm"):
             raise ValueError("transport must be 'auto', 'stream' or 'shm'")
         self._local = address.startswith("unix:")
@@ -229,7 +253,7 @@ class Client:
         except grpc.FutureTimeoutError:
             self._channel.close()
             raise Error(grpc.StatusCode.UNAVAILABLE,
-                        f"cannot connect to ckptd at {address} within {timeout} s") from None
+                        f"cannot connect to ckptd at {address}{chosen} within {timeout} s") from None
         self._stub = ckptd_pb2_grpc.CkptdStub(self._channel)  # type: ignore[no-untyped-call]
         self._free: List[_Segment] = []                  # segments free for reuse
         self._busy: Dict[Tuple[str, int], _Segment] = {}  # (run, step) -> segment the daemon may still read

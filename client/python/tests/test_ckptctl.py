@@ -252,6 +252,47 @@ def test_usage_errors_exit_two_and_suggest_the_command_meant():
     assert r.returncode == 2 and "must be a number 0 or more, not '-1'" in r.stderr, r.stderr
 
 
+def test_addresses_as_people_write_them_and_a_missing_daemon_answers_at_once(job, tmp_path):
+    import socket
+
+    import ckptd
+    relative = os.path.relpath(job.address(0), job.dir)  # sock/ckptd-0.sock
+    for address in (relative, "./" + relative, "unix:" + relative):
+        r = subprocess.run([CKPTCTL, "status", "--address", address, "--json"], cwd=job.dir, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and json.loads(r.stdout)["ranks"], address + ": " + r.stderr
+    here = os.getcwd()
+    os.chdir(job.dir)
+    try:
+        with ckptd.Client(relative) as c:
+            assert c.status()["rank"] == 0
+    finally:
+        os.chdir(here)
+    assert ckptd.daemon_target("sock/0.sock") == "unix:sock/0.sock"
+    assert ckptd.daemon_target("node7:7070") == "node7:7070"
+    assert ckptd.daemon_target("unix:/x.sock") == "unix:/x.sock"
+
+    # No socket file, and a socket file nothing accepts on: said at once, with what to do.
+    missing = str(tmp_path / "none.sock")
+    r = ckptctl("status", "--address", missing)
+    assert r.returncode != 0 and f"no ckptd is listening on unix:{missing}: no such socket file" in r.stderr, \
+        r.stderr
+    assert "is the daemon running?" in r.stderr and "within" not in r.stderr, r.stderr
+    dead = str(tmp_path / "dead.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(dead)
+    listener.close()  # the file stays; nothing listens
+    r = ckptctl("wait", "run", "1", "--address", dead)
+    assert r.returncode != 0 and "nothing accepts on it" in r.stderr, r.stderr
+    # Without an address: $CKPTD_ADDRESS, else the default socket, named when it fails.
+    env = {k: v for k, v in os.environ.items() if k != "CKPTD_ADDRESS"}
+    r = ckptctl("status", env=env)
+    if r.returncode != 0:
+        assert ckptd.default_socket_path() in r.stderr and "the default socket" in r.stderr, r.stderr
+    r = ckptctl("status", "--json", env=dict(env, CKPTD_ADDRESS=job.address(1)))
+    assert r.returncode == 0 and json.loads(r.stdout)["asked_rank"] == 1, r.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="hiding the daemon's files takes root and unshare(1)")
 def test_restore_needs_no_view_of_the_daemons_files(job, tmp_path):

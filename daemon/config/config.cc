@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -54,22 +55,30 @@ bool IsSection(absl::string_view section) {
 }
 
 // Applies every key of the map `node`, whose keys are dotted under `prefix` ("" at the
-// top level, "limits." in a section).
-absl::Status ApplyMap(const std::string& prefix, const YAML::Node& node, DaemonConfig& config) {
+// top level, "limits." in a section). Every key is tried: each mistake goes into
+// *mistakes, so that one run names them all.
+void ApplyMap(const std::string& prefix, const YAML::Node& node, DaemonConfig& config,
+              std::vector<absl::Status>* mistakes) {
   for (const auto& item : node) {
-    if (!item.first.IsScalar()) return Invalid(absl::StrCat("keys must be names (under '", prefix, "')"));
+    if (!item.first.IsScalar()) {
+      mistakes->push_back(Invalid(absl::StrCat("keys must be names (under '", prefix, "')")));
+      continue;
+    }
     const std::string name = prefix + item.first.Scalar();
     if (const ConfigKey* key = FindConfigKey(name); key != nullptr) {
-      ASSIGN_OR_RETURN(const ConfigValue value, ToValue(name, item.second));
-      RETURN_IF_ERROR(key->set(value, name, config));
+      absl::StatusOr<ConfigValue> value = ToValue(name, item.second);
+      absl::Status s = value.ok() ? key->set(*value, name, config) : value.status();
+      if (!s.ok()) mistakes->push_back(std::move(s));
     } else if (prefix.empty() && IsSection(name)) {
-      if (!item.second.IsMap()) return Invalid(absl::StrCat(name, " must be a map"));
-      RETURN_IF_ERROR(ApplyMap(name + ".", item.second, config));
+      if (item.second.IsMap()) {
+        ApplyMap(name + ".", item.second, config, mistakes);
+      } else {
+        mistakes->push_back(Invalid(absl::StrCat(name, " must be a map")));
+      }
     } else {
-      return UnknownConfigKey(name);
+      mistakes->push_back(UnknownConfigKey(name));
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -84,7 +93,9 @@ absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text) {
   }
   if (root.IsNull()) return config;
   if (!root.IsMap()) return Invalid("top level must be a map");
-  RETURN_IF_ERROR(ApplyMap("", root, config));
+  std::vector<absl::Status> mistakes;
+  ApplyMap("", root, config, &mistakes);
+  RETURN_IF_ERROR(JoinMistakes(mistakes));
   RETURN_IF_ERROR(ValidateConfig(config));
   return config;
 }

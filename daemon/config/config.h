@@ -96,7 +96,8 @@ struct DaemonConfig {
 
 // Parses YAML text over the defaults, then ValidateConfig. Unknown keys (with the
 // closest known one) and malformed values are INVALID_ARGUMENT naming the key, the
-// value and what it may be, so a typo never silently falls back to a default.
+// value and what it may be, so a typo never silently falls back to a default; with
+// several, the message names them all, one per line.
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
 
 // What no single key can check: combinations (replicas need local storage and a

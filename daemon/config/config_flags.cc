@@ -1,10 +1,11 @@
 #include "daemon/config/config_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "daemon/base/status.h"
 #include "daemon/config/config_keys.h"
 
 namespace ckptd {
@@ -20,12 +21,15 @@ void ConfigFlags::Declare(CLI::App& app) {
 }
 
 absl::Status ConfigFlags::Apply(DaemonConfig& config) const {
+  std::vector<absl::Status> mistakes;
   for (const ConfigKey& key : ConfigKeys()) {
     const auto given = values_.find(key.name);
     if (given == values_.end() || given->second.option->count() == 0) continue;
-    RETURN_IF_ERROR(key.set(ConfigValue::Scalar(given->second.text), key.flag, config));
+    if (absl::Status s = key.set(ConfigValue::Scalar(given->second.text), key.flag, config); !s.ok()) {
+      mistakes.push_back(std::move(s));
+    }
   }
-  return absl::OkStatus();
+  return JoinMistakes(mistakes);
 }
 
 }  // namespace ckptd

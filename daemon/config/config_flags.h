@@ -24,7 +24,8 @@ class ConfigFlags {
   void Declare(CLI::App& app);
 
   // After the app parsed: sets each key whose flag was given, in table order. Errors
-  // are INVALID_ARGUMENT naming the flag, its value and what it may be.
+  // are INVALID_ARGUMENT naming the flag, its value and what it may be (every flag's,
+  // when several are wrong).
   absl::Status Apply(DaemonConfig& config) const;
 
  private:

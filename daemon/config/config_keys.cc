@@ -425,6 +425,14 @@ absl::Status UnknownConfigKey(absl::string_view name) {
                    near.has_value() ? absl::StrCat(" (did you mean '", *near, "'?)") : ""));
 }
 
+absl::Status JoinMistakes(const std::vector<absl::Status>& mistakes) {
+  if (mistakes.empty()) return absl::OkStatus();
+  if (mistakes.size() == 1) return mistakes[0];
+  std::string all = absl::StrCat(mistakes.size(), " mistakes in the config:");
+  for (const absl::Status& m : mistakes) absl::StrAppend(&all, "\n  ", m.message());
+  return absl::InvalidArgumentError(all);
+}
+
 std::string ConfigReferenceMarkdown() {
   const DaemonConfig defaults;
   std::string table = "| key | default | flag | value | meaning |\n|---|---|---|---|---|\n";

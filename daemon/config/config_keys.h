@@ -57,6 +57,10 @@ const ConfigKey* FindConfigKey(absl::string_view name);
 // closest known key when it is near enough to be a typo.
 absl::Status UnknownConfigKey(absl::string_view name);
 
+// OK for none; the one mistake; or INVALID_ARGUMENT "N mistakes in the config:" with
+// each on a line of its own, so that one run of the daemon names them all.
+absl::Status JoinMistakes(const std::vector<absl::Status>& mistakes);
+
 // The reference table of docs/operations.md: key, default, flag, value, meaning.
 std::string ConfigReferenceMarkdown();
 

@@ -376,6 +376,13 @@ class PosixFs : public FileSystem {
       ::close(fd);
       return ErrnoToStatus(err, absl::StrCat("stat ", path));
     }
+    // A pipe or a device has no size to read up to: it would read as empty (a config
+    // from /dev/stdin silently all defaults), so it is refused by name.
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " is not a regular file (a pipe or a device?): write it to a file first"));
+    }
     return std::make_unique<PosixRandomAccessFile>(path, fd, static_cast<uint64_t>(st.st_size));
   }
 

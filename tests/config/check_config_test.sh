@@ -30,6 +30,16 @@ rc=$?
 rc=$?
 [ "$rc" = 2 ] && grep -q "missing.yaml" "$WORK/out" || fail "missing file: rc $rc: $(cat "$WORK/out")"
 
+# A config through a pipe has no size to read up to: refused by name, never taken
+# as an empty file (all defaults).
+printf 'retention:\n  keep_lats: 3\n' | "$CKPTD" --check-config /dev/stdin >"$WORK/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "/dev/stdin is not a regular file" "$WORK/out" || fail "a pipe: rc $rc: $(cat "$WORK/out")"
+printf 'retention:\n  keep_lats: 3\n' >"$WORK/typo.yaml"
+"$CKPTD" --check-config "$WORK/typo.yaml" >"$WORK/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "did you mean 'retention.keep_last'" "$WORK/out" || fail "typo: rc $rc: $(cat "$WORK/out")"
+
 # Every flag of the reference, with values no key takes (or some keys take): exit 0 or
 # 2, and 2 names the flag
 # (or, for a check of several keys together, the key it sets). Nothing starts: --check-config answers first.

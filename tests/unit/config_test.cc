@@ -200,6 +200,17 @@ TEST(ConfigTableTest, SizesTakeTheSameUnitsEverywhere) {
             "config: read_cache must be a size of 0 or more, e.g. 1GiB, 512MB or bytes, not '1GiB/s'");
 }
 
+TEST(ConfigTableTest, EveryMistakeIsNamedInOneRun) {
+  EXPECT_EQ(
+      ParseConfig("keep_lats: 3\nstaging:\n  memory_limit: lots\nmetrics_address: h:99999\n")
+          .status()
+          .message(),
+      "3 mistakes in the config:\n"
+      "  config: unknown key 'keep_lats' (did you mean 'retention.keep_last'?)\n"
+      "  config: staging.memory_limit must be a size of 1 or more, e.g. 1GiB, 512MB or bytes, not 'lots'\n"
+      "  config: metrics_address must be HOST:PORT (a port of 0-65535), or empty for off, not 'h:99999'");
+}
+
 TEST(ConfigTableTest, UnknownKeysNameTheClosestKnownOne) {
   EXPECT_EQ(ParseConfig("retention:\n  keep_lats: 3\n").status().message(),
             "config: unknown key 'retention.keep_lats' (did you mean 'retention.keep_last'?)");

@@ -371,12 +371,14 @@ absl::StatusOr<SaveResult> Client::SaveByName(const std::string& run, int64_t st
   return Save(run, step, trainer_id, trainer_count, shards, options);
 }
 
-absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration timeout) {
+absl::Status Client::Wait(const std::string& run, int64_t step, absl::Duration timeout,
+                          UnknownRun unknown_run) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout));
-  v1::StepRef request;
+  v1::WaitRequest request;
   request.set_run(run);
   request.set_step(step);
+  request.set_allow_unknown_run(unknown_run == UnknownRun::kWait);
   v1::WaitResponse response;
   const absl::Status status = FromGrpcStatus(stub_->Wait(&ctx, request, &response));
   if (status.ok()) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <regex>
@@ -10,17 +11,27 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "daemon/base/status.h"
+#include "daemon/base/units.h"
 
 namespace ckptctl {
 
 const char kExitCodes[] =
-    "Exit codes: 0 success (diff: no differences); 1 a problem was found (verify: a checksum or file "
-    "is bad; diff: the checkpoints differ; wait: the step failed); 2 usage, input or connection error; "
-    "3 wait timed out.";
+    "Exit codes: 0 success (diff: no differences); 1 a problem in the data (a checksum fails, a shard is "
+    "missing; diff: the checkpoints differ; wait: the step failed); 2 usage or input error; 3 timed out "
+    "(wait's --timeout, or --timeout); 4 no daemon could be reached.";
+
+int ExitCodeFor(const absl::Status& status) {
+  if (status.ok()) return kOk;
+  if (absl::IsDataLoss(status)) return kFound;
+  if (ckptd::IsClientTimeout(status)) return kTimedOut;
+  if (absl::IsUnavailable(status)) return kUnreachable;
+  return kError;
+}
 
 int Error(const absl::Status& status) {
   std::cerr << "ckptctl: " << status.message() << std::endl;
-  return kError;
+  return ExitCodeFor(status);
 }
 
 void PrintJson(const json& j) {
@@ -115,7 +126,39 @@ absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
   return s;
 }
 
-void DaemonFlags::AddTo(CLI::App* app) {
+OutputFiles::~OutputFiles() {
+  if (kept_) return;
+  for (const std::string& path : written_) fs_->DeleteFile(path).IgnoreError();
+  // Deepest first: created_ lists parents before children.
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it) fs_->DeleteRecursively(*it).IgnoreError();
+}
+
+absl::Status OutputFiles::CreateDirs(const std::string& path) {
+  std::vector<std::string> missing;
+  for (std::string p = path; !p.empty() && p != "/" && p != "." && !fs_->IsDirectory(p);
+       p = ckptd::DirName(p)) {
+    missing.push_back(p);
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    RETURN_IF_ERROR(fs_->CreateDir(*it, 0755));
+    created_.push_back(*it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputFiles::Write(const std::string& path,
+                                const std::function<absl::Status(const std::string&)>& write) {
+  RETURN_IF_ERROR(CreateDirs(ckptd::DirName(path)));
+  RETURN_IF_ERROR(WriteFileWhole(fs_, path, write));
+  written_.push_back(path);
+  return absl::OkStatus();
+}
+
+void DaemonFlags::AddTo(CLI::App* app, const std::string& timeout_help) {
+  app->add_option("--timeout", timeout_text,
+                  timeout_help.empty()
+                      ? "give up after this long (30s, 5m, 1h, or seconds) and exit 3 (default: no limit)"
+                      : timeout_help);
   app->add_option("--address", address,
                   "daemon socket (a path: sock/0.sock, /run/ckptd.sock, unix:...) or host:port (default "
                   "$CKPTD_ADDRESS, else the default socket " +
@@ -125,10 +168,24 @@ void DaemonFlags::AddTo(CLI::App* app) {
   app->add_option("--tls-ca", tls.ca, "CA certificate (PEM) the daemon's certificate must chain to");
 }
 
+absl::Status DaemonFlags::Start() {
+  if (timeout_text.empty()) return absl::OkStatus();
+  absl::StatusOr<absl::Duration> timeout = ckptd::ParseDuration(timeout_text);
+  if (!timeout.ok()) return ckptd::Annotate(timeout.status(), "--timeout");
+  deadline_ = absl::Now() + *timeout;
+  return absl::OkStatus();
+}
+
+absl::Duration DaemonFlags::Left(absl::Duration otherwise) const {
+  if (!deadline_.has_value()) return otherwise;
+  // A deadline already passed still makes a call, which then fails as a timeout.
+  return std::max(*deadline_ - absl::Now(), absl::Milliseconds(1));
+}
+
 absl::StatusOr<std::unique_ptr<ckptd::Client>> DaemonFlags::Connect() const {
   // An operator asks a daemon that should be running: no socket is an answer at once.
-  return ckptd::Client::Connect(address, absl::Seconds(5), tls.ca.empty() ? nullptr : &tls,
-                                ckptd::WaitForDaemon::kNo);
+  return ckptd::Client::Connect(address, std::min(Left(absl::Seconds(5)), absl::Seconds(5)),
+                                tls.ca.empty() ? nullptr : &tls, ckptd::WaitForDaemon::kNo);
 }
 
 }  // namespace ckptctl

@@ -8,11 +8,13 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "ckptd/client.h"
 #include "daemon/io/file_system.h"
 #include "daemon/layout/box.h"
@@ -21,11 +23,20 @@ namespace ckptctl {
 
 using json = nlohmann::json;
 
-// Printed under every subcommand's help.
+// Printed under every subcommand's help; docs/operations.md has the same table.
 extern const char kExitCodes[];
-enum ExitCode { kOk = 0, kFound = 1, kError = 2, kTimedOut = 3 };
+enum ExitCode {
+  kOk = 0,
+  kFound = 1,        // a problem in the data (checksum, missing shard), or diff's differences
+  kError = 2,        // usage or input: a bad flag, a path that is not a checkpoint
+  kTimedOut = 3,     // wait's deadline or --timeout passed
+  kUnreachable = 4,  // no daemon answered (not running, refused, gone mid-call)
+};
 
-// Prints "ckptctl: <message>" to stderr and returns kError.
+// The exit code a failure means: DATA_LOSS kFound, this client's own deadline
+// kTimedOut, UNAVAILABLE kUnreachable, anything else kError.
+int ExitCodeFor(const absl::Status& status);
+// Prints "ckptctl: <message>" to stderr and returns ExitCodeFor(status).
 int Error(const absl::Status& status);
 // Names in a checkpoint are bytes; invalid UTF-8 is printed as U+FFFD, never a crash.
 void PrintJson(const json& j);
@@ -71,12 +82,45 @@ class Progress {
 absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
                             const std::function<absl::Status(const std::string&)>& write);
 
-// --address and the TLS files, for the subcommands that talk to a daemon.
+// The output files of export and restore, made so that a command that fails leaves
+// nothing behind: every file goes through WriteFileWhole, and unless Keep() is called
+// the destructor removes the files written and the directories created through it
+// (the output directory too, when this created it).
+class OutputFiles {
+ public:
+  OutputFiles(ckptd::FileSystem* fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
+  ~OutputFiles();
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // `path` and its missing parents; those created are remembered.
+  absl::Status CreateDirs(const std::string& path);
+  absl::Status Write(const std::string& path, const std::function<absl::Status(const std::string&)>& write);
+  void Keep() { kept_ = true; }
+
+ private:
+  ckptd::FileSystem* fs_;
+  std::string dir_;
+  std::vector<std::string> written_, created_;
+  bool kept_ = false;
+};
+
+// --address, the TLS files and --timeout, for the subcommands that talk to a daemon.
 struct DaemonFlags {
   std::string address;
   ckptd::TlsFiles tls;
-  void AddTo(CLI::App* app);
+  std::string timeout_text;  // --timeout; empty: each call's own limit
+  // `timeout_help` describes --timeout for this subcommand.
+  void AddTo(CLI::App* app, const std::string& timeout_help = "");
+  // Starts --timeout's clock; INVALID_ARGUMENT naming the flag for a bad duration.
+  absl::Status Start();
+  // How long the next call may take: what is left of --timeout, else `otherwise`.
+  absl::Duration Left(absl::Duration otherwise) const;
   absl::StatusOr<std::unique_ptr<ckptd::Client>> Connect() const;
+
+ private:
+  std::optional<absl::Time> deadline_;
 };
 
 }  // namespace ckptctl

@@ -99,14 +99,27 @@ absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::st
 int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_json);
 
 int Status(const DaemonFlags& flags, bool as_json);
-int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
-         bool as_json);
-// step: nullopt = the newest committed. dtype_name: empty = as stored (bfloat16 as float).
-// fallback (no step): if the newest step fails its checksums, the newest older one
-// that restores whole; the files of a failed attempt are removed.
-int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
-            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool fallback, bool quiet, bool as_json);
+// --timeout (default 10m) bounds the wait. A run the daemon has never seen is an
+// error at once unless allow_unknown.
+int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, bool allow_unknown, bool as_json);
+struct RestoreCommandOptions {
+  std::optional<int64_t> step{};  // nullopt: the newest committed
+  std::string pattern{};
+  std::string out_dir{};
+  // Floating tensors (float, double, half, bfloat16) become this dtype; others stay as
+  // stored. Empty: as stored, bfloat16 as float (NumPy has no bfloat16).
+  std::string dtype{};
+  std::vector<std::string> dtype_for{};  // NAME=DTYPE: that tensor as that dtype, whatever it is
+  // Without step: if the newest step fails its checksums, the newest older one that
+  // restores whole; nothing of a failed attempt is left.
+  bool fallback = false;
+  bool force = false;  // write into an --out that is not empty
+  bool quiet = false;  // no progress
+};
+// Restores into .npy files under options.out_dir, one request per GiB of tensors. A
+// restore that fails leaves nothing behind: no file, no directory it created.
+int Restore(const DaemonFlags& flags, const std::string& run, const RestoreCommandOptions& options,
+            bool as_json);
 
 }  // namespace ckptctl
 

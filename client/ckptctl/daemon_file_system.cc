@@ -27,19 +27,20 @@ absl::StatusOr<StepFile> ParsePath(const std::string& path) {
 
 class DaemonFile final : public ckptd::RandomAccessFile {
  public:
-  DaemonFile(ckptd::Client* client, StepFile where, uint64_t size)
-      : client_(client), where_(std::move(where)), size_(size) {}
+  DaemonFile(ckptd::Client* client, const DaemonFlags& flags, StepFile where, uint64_t size)
+      : client_(client), flags_(flags), where_(std::move(where)), size_(size) {}
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
     if (offset + n > size_) return absl::OutOfRangeError(absl::StrCat("read past the end of ", where_.file));
     return client_
         ->ReadStepFile(where_.run, where_.step, where_.file, static_cast<int64_t>(offset),
-                       static_cast<int64_t>(n), dst)
+                       static_cast<int64_t>(n), dst, flags_.Left(absl::Minutes(1)))
         .status();
   }
   uint64_t Size() const override { return size_; }
 
  private:
   ckptd::Client* client_;
+  const DaemonFlags& flags_;
   StepFile where_;
   uint64_t size_;
 };
@@ -57,7 +58,8 @@ std::string DaemonFileSystem::Prefix(const std::string& run, int64_t step) {
 absl::StatusOr<uint64_t> DaemonFileSystem::FileSize(const std::string& path) {
   absl::StatusOr<StepFile> where = ParsePath(path);
   if (!where.ok()) return where.status();
-  absl::StatusOr<int64_t> size = client_->ReadStepFile(where->run, where->step, where->file, 0, 0, nullptr);
+  absl::StatusOr<int64_t> size = client_->ReadStepFile(where->run, where->step, where->file, 0, 0, nullptr,
+                                                       flags_.Left(absl::Minutes(1)));
   if (!size.ok()) return size.status();
   return static_cast<uint64_t>(*size);
 }
@@ -68,7 +70,7 @@ absl::StatusOr<std::unique_ptr<ckptd::RandomAccessFile>> DaemonFileSystem::NewRa
   if (!where.ok()) return where.status();
   absl::StatusOr<uint64_t> size = FileSize(path);
   if (!size.ok()) return size.status();
-  return std::make_unique<DaemonFile>(client_, *std::move(where), *size);
+  return std::make_unique<DaemonFile>(client_, flags_, *std::move(where), *size);
 }
 
 absl::StatusOr<std::unique_ptr<ckptd::WritableFile>> DaemonFileSystem::NewWritableFile(

@@ -2,8 +2,8 @@
 // file of a committed step as the daemon reads it (other hosts' data files through
 // their daemons with storage: local), via ReadStepFile. Lets ckptctl's offline
 // commands inspect, verify and export a checkpoint whose files it cannot see.
-// Everything that would change files is UNIMPLEMENTED. Borrows the client, which must
-// outlive it; one thread at a time.
+// Everything that would change files is UNIMPLEMENTED. Borrows the client and the
+// flags (whose --timeout bounds every read), which must outlive it; one thread at a time.
 #ifndef CKPTD_CLIENT_CKPTCTL_DAEMON_FILE_SYSTEM_H_
 #define CKPTD_CLIENT_CKPTCTL_DAEMON_FILE_SYSTEM_H_
 
@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "ckptd/client.h"
+#include "client/ckptctl/cli.h"
 #include "daemon/io/file_system.h"
 
 namespace ckptctl {
 
 class DaemonFileSystem final : public ckptd::FileSystem {
  public:
-  explicit DaemonFileSystem(ckptd::Client* client) : client_(client) {}
+  DaemonFileSystem(ckptd::Client* client, const DaemonFlags& flags) : client_(client), flags_(flags) {}
 
   // The bundle prefix of a step in this file system's paths.
   static std::string Prefix(const std::string& run, int64_t step);
@@ -40,6 +41,7 @@ class DaemonFileSystem final : public ckptd::FileSystem {
 
  private:
   ckptd::Client* client_;
+  const DaemonFlags& flags_;
 };
 
 }  // namespace ckptctl

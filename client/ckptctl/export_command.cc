@@ -158,19 +158,19 @@ absl::Status CheckOverwrites(ckptd::FileSystem* fs, const ExportPlan& plan, cons
 // Writes one planned file whole (see WriteFileWhole) and describes it in *files;
 // `advance` is called after each tensor written; *weight_map names each safetensors
 // tensor's file. *bytes: a buffer the calls share, so each .npy reuses its memory.
-absl::Status WriteExportFile(ckptd::FileSystem* fs, BundleReader& reader,
+absl::Status WriteExportFile(OutputFiles& output, BundleReader& reader,
                              const std::vector<ckptd::TensorInfo>& infos, const std::string& path,
                              const std::vector<size_t>& members, const ckptd::CheckpointMeta& meta,
                              const ExportOptions& options,
                              const std::function<void(const ckptd::TensorInfo&)>& advance, std::string* bytes,
                              json* files, json* weight_map) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   if (options.format == "npy") {
     const ckptd::TensorInfo& info = infos[members[0]];
     RETURN_IF_ERROR(ReadWhole(reader, info, /*widen_bfloat16=*/true, bytes));
     const int dtype = info.dtype == ckptd::kBfloat16 ? ckptd::kFloat : info.dtype;
-    RETURN_IF_ERROR(fs->CreateDirs(ckptd::DirName(path), 0755));
-    RETURN_IF_ERROR(WriteFileWhole(
-        fs, path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, dtype, info.shape, *bytes); }));
+    RETURN_IF_ERROR(output.Write(
+        path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, dtype, info.shape, *bytes); }));
     files->push_back({{"name", info.name}, {"path", path}, {"dtype", ckptd::DataTypeName(dtype)}});
     advance(info);
     return absl::OkStatus();
@@ -186,7 +186,7 @@ absl::Status WriteExportFile(ckptd::FileSystem* fs, BundleReader& reader,
     metadata.emplace_back("run", meta.run);
     metadata.emplace_back("step", std::to_string(meta.step));
   }
-  RETURN_IF_ERROR(WriteFileWhole(fs, path, [&](const std::string& to) {
+  RETURN_IF_ERROR(output.Write(path, [&](const std::string& to) {
     return ckptd::WriteSafetensors(fs, to, tensors, metadata, [&](size_t i, std::string* out) {
       RETURN_IF_ERROR(ReadWhole(reader, infos[members[i]], /*widen_bfloat16=*/false, out));
       advance(infos[members[i]]);
@@ -246,7 +246,9 @@ int Export(const Context& ctx, const std::string& arg, const ExportOptions& opti
   std::vector<std::string> stale;
   if (absl::Status s = CheckOverwrites(fs, plan, options, index_path, sharded, &stale); !s.ok())
     return Error(s);
-  if (absl::Status s = fs->CreateDirs(options.out_dir, 0755); !s.ok()) return Error(s);
+  // A failed export leaves nothing behind: no file of its own, no directory it made.
+  OutputFiles output(fs, options.out_dir);
+  if (absl::Status s = output.CreateDirs(options.out_dir); !s.ok()) return Error(s);
   for (const std::string& name : skipped_text) {
     std::fprintf(stderr, "skipped %s: %s has no such dtype\n", name.c_str(), options.format.c_str());
   }
@@ -262,17 +264,20 @@ int Export(const Context& ctx, const std::string& arg, const ExportOptions& opti
   json weight_map = json::object();
   std::string bytes;
   for (const auto& [path, members] : plan) {
-    absl::Status s = WriteExportFile(fs, **reader, *infos, path, members, meta, options, advance, &bytes,
+    absl::Status s = WriteExportFile(output, **reader, *infos, path, members, meta, options, advance, &bytes,
                                      &files, &weight_map);
     if (!s.ok()) return Error(s);
   }
   if (sharded) {
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    if (absl::Status s = fs->WriteFileAtomically(index_path, index.dump(2) + "\n"); !s.ok()) return Error(s);
+    absl::Status s = output.Write(
+        index_path, [&](const std::string& to) { return fs->WriteFileAtomically(to, index.dump(2) + "\n"); });
+    if (!s.ok()) return Error(s);
   }
   for (const std::string& path : stale) {
     if (absl::Status s = fs->DeleteFile(path); !s.ok()) return Error(s);
   }
+  output.Keep();
   if (as_json) {
     json out = {{"prefix", prefix},
                 {"format", options.format},

@@ -23,15 +23,16 @@ const char* kRegexHelp = "only tensors whose name matches this regular expressio
 // Every flag's value; a flag several subcommands take has one home here.
 struct Args {
   bool as_json = false, quiet = false, dry_run = false, show_orphans = false;
-  bool all_steps = false, verified = false, fallback = false;
-  std::string target, second, pattern, out_dir, format = "npy", run, dtype_name;
-  std::string timeout_text = "10m", max_shard_text = "5GB";
+  bool all_steps = false, verified = false, allow_unknown = false;
+  std::string target, second, pattern, out_dir, format = "npy", run;
+  std::string max_shard_text = "5GB";
   int keep_last = 0, keep_every = 0;
   int64_t step = -1;
   ckptctl::DaemonFlags daemon;
   ckptctl::InspectOptions inspect_options;
   ckptctl::ExportOptions export_options;
   ckptctl::DiffOptions diff_options;
+  ckptctl::RestoreCommandOptions restore_options;
 };
 
 // The subcommands, as declared; after parsing, the one given says parsed().
@@ -149,9 +150,10 @@ void DeclareOnline(CLI::App& app, Args& a, Commands& c) {
   c.wait = app.add_subcommand("wait", "block until RUN STEP is committed on every host (exit 1 if it fails)");
   c.wait->add_option("RUN", a.run, "run name")->required();
   c.wait->add_option("STEP", a.step, "step")->required();
-  c.wait->add_option("--timeout", a.timeout_text,
-                     "how long to wait: 30s, 10m, 1h, or seconds (exit 3 when it passes)");
-  a.daemon.AddTo(c.wait);
+  a.daemon.AddTo(c.wait, "how long to wait: 30s, 10m, 1h, or seconds (default 10m; exit 3 when it passes)");
+  c.wait->add_flag("--allow-unknown", a.allow_unknown,
+                   "wait even if the daemon has never seen the run (for a run about to start); without it, "
+                   "an unknown run is an error at once");
   c.wait->add_flag("--json", a.as_json, "print JSON");
 
   c.restore = app.add_subcommand("restore", "restore tensors through the daemon into .npy files");
@@ -160,19 +162,25 @@ void DeclareOnline(CLI::App& app, Args& a, Commands& c) {
   c.restore->add_option("--tensors", a.pattern, kRegexHelp);
   c.restore->add_option("--out", a.out_dir, "output directory (created)")->required();
   c.restore->add_flag(
-      "--fallback", a.fallback,
+      "--fallback", a.restore_options.fallback,
       "without --step: if the newest step fails its checksums, the newest older one that passes");
-  c.restore->add_option(
-      "--dtype", a.dtype_name,
-      "restore float32/bfloat16/float16 tensors as float or half (default: as stored; bfloat16 as float)");
+  c.restore->add_option("--dtype", a.restore_options.dtype,
+                        "float32, bfloat16 and float16 tensors become this (float32, float16; bfloat16 is "
+                        "written as float32); others stay as stored (default: as stored)");
+  c.restore->add_option("--dtype-for", a.restore_options.dtype_for,
+                        "NAME=DTYPE: that tensor as that dtype, overriding --dtype (repeatable)");
+  c.restore->add_flag("--force", a.restore_options.force,
+                      "write into an --out that is not empty, replacing files of the same names");
   a.daemon.AddTo(c.restore);
-  c.restore->add_flag("-q,--quiet", a.quiet, "no progress");
+  c.restore->add_flag("-q,--quiet", a.restore_options.quiet, "no progress");
   c.restore->add_flag("--json", a.as_json, "print JSON");
 }
 
 // Runs the subcommand given; its exit code.
 int Dispatch(const Commands& c, Args& a) {
   ckptctl::Context ctx;
+  if (c.wait->parsed() && a.daemon.timeout_text.empty()) a.daemon.timeout_text = "10m";
+  if (absl::Status s = a.daemon.Start(); !s.ok()) return ckptctl::Error(s);
   if (c.ls->parsed()) {
     return c.ls->count("--address") > 0 ? ckptctl::LsThroughDaemon(a.daemon, a.target, a.as_json)
                                         : ckptctl::Ls(ctx, a.target, a.as_json, a.show_orphans);
@@ -185,7 +193,7 @@ int Dispatch(const Commands& c, Args& a) {
     absl::StatusOr<std::string> prefix = ckptctl::DaemonPrefix(
         a.daemon, a.target, a.step >= 0 ? std::optional<int64_t>(a.step) : std::nullopt, &client);
     if (!prefix.ok()) return ckptctl::Error(prefix.status());
-    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
+    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get(), a.daemon);
     ctx.checkpoints = through_daemon.get();
     a.target = *prefix;
   }
@@ -206,7 +214,7 @@ int Dispatch(const Commands& c, Args& a) {
   if (c.latest->parsed() && c.latest->count("--address") > 0) {
     auto steps = ckptctl::DaemonSteps(a.daemon, a.target, &client);
     if (!steps.ok()) return ckptctl::Error(steps.status());
-    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get());
+    through_daemon = std::make_unique<ckptctl::DaemonFileSystem>(client.get(), a.daemon);
     ctx.checkpoints = through_daemon.get();
     return ckptctl::Latest(ctx, *steps, absl::StrCat("run '", a.target, "'"), a.verified, a.as_json);
   }
@@ -227,18 +235,16 @@ int Dispatch(const Commands& c, Args& a) {
   if (c.diff->parsed()) return ckptctl::Diff(ctx, a.target, a.second, a.pattern, a.diff_options, a.as_json);
   if (c.gc->parsed()) return ckptctl::Gc(a.target, a.keep_last, a.keep_every, a.dry_run, a.quiet, a.as_json);
   if (c.status->parsed()) return ckptctl::Status(a.daemon, a.as_json);
-  if (c.wait->parsed()) {
-    absl::StatusOr<absl::Duration> timeout = ckptd::ParseDuration(a.timeout_text);
-    if (!timeout.ok()) return ckptctl::Error(ckptd::Annotate(timeout.status(), "--timeout"));
-    return ckptctl::Wait(a.daemon, a.run, a.step, absl::ToDoubleSeconds(*timeout), a.as_json);
-  }
+  if (c.wait->parsed()) return ckptctl::Wait(a.daemon, a.run, a.step, a.allow_unknown, a.as_json);
   if (c.restore->parsed()) {
-    if (a.fallback && a.step >= 0) {
+    if (a.restore_options.fallback && a.step >= 0) {
       return ckptctl::Error(
           absl::InvalidArgumentError("restore: --fallback goes with the newest step, not --step"));
     }
-    return ckptctl::Restore(a.daemon, a.run, a.step >= 0 ? std::optional<int64_t>(a.step) : std::nullopt,
-                            a.pattern, a.out_dir, a.dtype_name, a.fallback, a.quiet, a.as_json);
+    if (a.step >= 0) a.restore_options.step = a.step;
+    a.restore_options.pattern = a.pattern;
+    a.restore_options.out_dir = a.out_dir;
+    return ckptctl::Restore(a.daemon, a.run, a.restore_options, a.as_json);
   }
   return ckptctl::kError;
 }

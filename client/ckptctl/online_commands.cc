@@ -16,6 +16,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/io/file_system.h"
+#include "daemon/layout/cast.h"
 
 namespace ckptctl {
 namespace {
@@ -83,7 +84,7 @@ absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::st
   auto connected = flags.Connect();
   if (!connected.ok()) return connected.status();
   *client = *std::move(connected);
-  auto list = (*client)->ListCheckpoints(run);
+  auto list = (*client)->ListCheckpoints(run, flags.Left(absl::Seconds(30)));
   if (!list.ok()) return list.status();
   std::optional<int64_t> chosen;
   for (const auto& c : list->checkpoints()) {
@@ -100,7 +101,8 @@ absl::StatusOr<std::string> DaemonPrefix(const DaemonFlags& flags, const std::st
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
     const DaemonFlags& flags, const std::string& run, std::unique_ptr<ckptd::Client>* client) {
   ASSIGN_OR_RETURN(*client, flags.Connect());
-  ASSIGN_OR_RETURN(ckptd::v1::ListCheckpointsResponse list, (*client)->ListCheckpoints(run));
+  ASSIGN_OR_RETURN(ckptd::v1::ListCheckpointsResponse list,
+                   (*client)->ListCheckpoints(run, flags.Left(absl::Seconds(30))));
   std::vector<std::pair<int64_t, std::string>> steps;
   for (const auto& c : list.checkpoints())
     steps.emplace_back(c.step(), DaemonFileSystem::Prefix(run, c.step()));
@@ -111,11 +113,12 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
 int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_json) {
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
-  auto list = (*client)->ListCheckpoints(run);
+  auto list = (*client)->ListCheckpoints(run, flags.Left(absl::Seconds(30)));
   if (!list.ok()) return Error(list.status());
-  auto status = (*client)->Status();  // which rank answers: its own files are in CheckpointInfo.bytes
+  auto status = (*client)->Status(
+      flags.Left(absl::Seconds(10)));  // which rank answers: its own files are in CheckpointInfo.bytes
   std::vector<StepRow> rows;
-  DaemonFileSystem fs(client->get());
+  DaemonFileSystem fs(client->get(), flags);
   for (const ckptd::v1::CheckpointInfo& c : list->checkpoints()) {
     StepRow row{.step = c.step(), .path = c.path(), .bytes = c.bytes()};
     // ckptd.json, when there is one, has the times and every host's share of the bytes
@@ -142,7 +145,7 @@ int LsThroughDaemon(const DaemonFlags& flags, const std::string& run, bool as_js
 int Status(const DaemonFlags& flags, bool as_json) {
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
-  auto status = (*client)->Status();
+  auto status = (*client)->Status(flags.Left(absl::Seconds(10)));
   if (!status.ok()) return Error(status.status());
   // Every rank's report as the last coordination round gathered it; this daemon's
   // own entry is replaced by its live state.
@@ -220,12 +223,13 @@ int Status(const DaemonFlags& flags, bool as_json) {
   return kOk;
 }
 
-int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double timeout_seconds,
-         bool as_json) {
+int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, bool allow_unknown, bool as_json) {
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
   const absl::Time started = absl::Now();
-  const absl::Status s = (*client)->Wait(run, step, absl::Seconds(timeout_seconds));
+  const absl::Status s =
+      (*client)->Wait(run, step, flags.Left(absl::Minutes(10)),
+                      allow_unknown ? ckptd::UnknownRun::kWait : ckptd::UnknownRun::kNotFound);
   const double waited = absl::ToDoubleSeconds(absl::Now() - started);
   if (as_json) {
     PrintJson({{"run", run},
@@ -239,116 +243,228 @@ int Wait(const DaemonFlags& flags, const std::string& run, int64_t step, double 
     std::cerr << "ckptctl wait: " << s.message() << std::endl;
   }
   if (s.ok()) return kOk;
-  // Our own deadline passing is a timeout; a step that failed its commit deadline
-  // is the step's outcome (the daemon's message names the missing trainers).
-  if (ckptd::IsClientTimeout(s)) return kTimedOut;
-  // The request itself was refused (a bad run name) or the daemon is gone; any other
-  // error is the step's own outcome.
-  const bool bad_request =
-      s.code() == absl::StatusCode::kInvalidArgument && absl::StartsWith(s.message(), "run");
-  if (bad_request || s.code() == absl::StatusCode::kUnavailable ||
-      s.code() == absl::StatusCode::kPermissionDenied) {
-    return kError;
-  }
+  // The request itself was refused (a bad or unknown run name, no permission), no
+  // daemon answered, or our own deadline passed: ExitCodeFor says which. Any other
+  // error is the step's own outcome, a failure the daemon reported (a step that
+  // missed its commit deadline names its missing trainers).
+  const bool bad_request = absl::IsNotFound(s) || absl::IsPermissionDenied(s) ||
+                           (absl::IsInvalidArgument(s) && absl::StartsWith(s.message(), "run"));
+  if (bad_request || absl::IsUnavailable(s) || ckptd::IsClientTimeout(s)) return ExitCodeFor(s);
   return kFound;
 }
 
 namespace {
 
+// Restored tensors go to the daemon in requests of about this many bytes: one
+// request for most checkpoints, and memory and progress bounded for large ones.
+constexpr int64_t kRestoreRequestBytes = int64_t{1} << 30;
+
+// The dtype each tensor is restored as, from --dtype and --dtype-for: a floating
+// tensor as --dtype, a named one as named, any other as stored (bfloat16 as float,
+// which NumPy has). INVALID_ARGUMENT names a bad name or a conversion the daemon lacks.
+class RestoreDtypes {
+ public:
+  absl::Status Parse(const RestoreCommandOptions& options) {
+    if (!options.dtype.empty()) {
+      ASSIGN_OR_RETURN(floating_, Named("--dtype", options.dtype));
+      if (!ckptd::IsConvertible(ckptd::kFloat, *floating_)) {
+        return absl::InvalidArgumentError(absl::StrCat("--dtype ", options.dtype,
+                                                       ": applies to floating tensors, so it must be "
+                                                       "float32, bfloat16 or float16"));
+      }
+    }
+    for (const std::string& pair : options.dtype_for) {
+      const size_t eq = pair.rfind('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--dtype-for '", pair, "': want NAME=DTYPE, e.g. dense/kernel=float16"));
+      }
+      ASSIGN_OR_RETURN(per_name_[pair.substr(0, eq)], Named("--dtype-for " + pair, pair.substr(eq + 1)));
+    }
+    return absl::OkStatus();
+  }
+
+  // Every --dtype-for name is a tensor of `listed`, and a dtype it converts to.
+  absl::Status Check(const std::map<std::string, const ckptd::v1::TensorDescriptor*>& listed) const {
+    for (const auto& [name, want] : per_name_) {
+      auto it = listed.find(name);
+      if (it == listed.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--dtype-for: the step has no tensor named '", name, "'"));
+      }
+      const int stored = it->second->dtype();
+      if (stored != want && !ckptd::IsConvertible(stored, want)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--dtype-for ", name, ": ", ckptd::DataTypeName(stored), " cannot become ",
+            ckptd::DataTypeName(want), " (float32, bfloat16 and float16 convert among themselves)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int For(const std::string& name, int stored) const {
+    if (auto it = per_name_.find(name); it != per_name_.end()) return it->second;
+    if (floating_.has_value() && ckptd::IsConvertible(stored, *floating_)) return *floating_;
+    return stored == ckptd::kBfloat16 ? ckptd::kFloat : stored;
+  }
+
+ private:
+  static absl::StatusOr<int> Named(const std::string& flag, const std::string& name) {
+    std::optional<int> dtype = ckptd::DataTypeFromName(name);
+    if (!dtype.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": unknown dtype '", name, "' (want e.g. float32, bfloat16, float16, or TF's float, half)"));
+    }
+    return *dtype;
+  }
+
+  std::optional<int> floating_;
+  std::map<std::string, int> per_name_;
+};
+
+// One tensor to restore, into `bytes`, then into `path`.
+struct RestoreFile {
+  std::string name;
+  ckptd::Shape shape;
+  int dtype = 0;
+  int64_t stored_bytes = 0;  // what the daemon reads for it: progress counts these
+  std::string path{};
+  std::string bytes{};
+};
+
 struct RestoredFiles {
   int64_t step = 0;
   json files = json::array();
   json skipped = json::array();
+  std::vector<std::string> lines;  // "name -> path", printed once all are written
   int64_t total = 0;
-  std::vector<std::string> paths;  // written so far
 };
 
-// Restores the tensors of (run, step) matching `pattern` into .npy files under
-// out_dir; nullopt step = the newest committed. Stops at the first failure.
-absl::Status RestoreToFiles(ckptd::Client& client, const std::string& run, std::optional<int64_t> step,
-                            const std::string& pattern, const std::string& out_dir, std::optional<int> dtype,
-                            bool as_json, bool show_progress, RestoredFiles* out) {
-  ckptd::FileSystem* fs = ckptd::PosixFileSystem();  // the output files, on this machine
-  // The daemon names the step's tensors: its files need not be visible from here.
-  ASSIGN_OR_RETURN(ckptd::v1::ListTensorsResponse listed, client.ListTensors(run, step));
-  out->step = listed.step();
+// The tensors of (run, step) to restore, as files under `out`; .npy cannot hold
+// strings, which are listed in out->skipped.
+absl::StatusOr<std::vector<RestoreFile>> PlanRestore(const ckptd::v1::ListTensorsResponse& listed,
+                                                     const RestoreCommandOptions& options,
+                                                     const RestoreDtypes& dtypes, const std::string& run,
+                                                     RestoredFiles* out) {
   std::map<std::string, const ckptd::v1::TensorDescriptor*> by_name;
   std::vector<std::string> all_names;
   for (const ckptd::v1::TensorDescriptor& t : listed.tensors()) {
     by_name[t.name()] = &t;
     all_names.push_back(t.name());
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> names, FilterNames(std::move(all_names), pattern));
+  RETURN_IF_ERROR(dtypes.Check(by_name));
+  ASSIGN_OR_RETURN(std::vector<std::string> names, FilterNames(std::move(all_names), options.pattern));
   if (names.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("no tensor of run '", run, "' step ", listed.step(), " matches '", pattern, "'"));
+    return absl::NotFoundError(absl::StrCat("no tensor of run '", run, "' step ", listed.step(), " matches '",
+                                            options.pattern, "'"));
   }
-  RETURN_IF_ERROR(fs->CreateDirs(out_dir, 0755));
-  // Progress counts the bytes as stored (what the daemon reads for them).
-  const auto stored_bytes = [](const ckptd::v1::TensorDescriptor& t) {
-    return ckptd::Box::Full(ckptd::Shape(t.shape().begin(), t.shape().end())).NumElements() *
-           ckptd::DataTypeSize(t.dtype());
-  };
-  int64_t total = 0, done = 0;
-  for (const std::string& name : names) total += stored_bytes(*by_name[name]);
-  Progress progress("restore");
+  std::vector<RestoreFile> files;
   for (const std::string& name : names) {
     const ckptd::v1::TensorDescriptor& info = *by_name[name];
-    const ckptd::Shape shape(info.shape().begin(), info.shape().end());
-    // NumPy has no bfloat16: ask the daemon for float32 unless told otherwise.
-    int want = dtype.value_or(info.dtype() == ckptd::kBfloat16 ? ckptd::kFloat : info.dtype());
-    if (!ckptd::NpyHeader(want, {}).ok() || ckptd::DataTypeSize(info.dtype()) == 0) {
+    RestoreFile f{.name = name,
+                  .shape = ckptd::Shape(info.shape().begin(), info.shape().end()),
+                  .dtype = dtypes.For(name, info.dtype())};
+    f.stored_bytes = ckptd::Box::Full(f.shape).NumElements() * ckptd::DataTypeSize(info.dtype());
+    if (!ckptd::NpyHeader(f.dtype, {}).ok() || ckptd::DataTypeSize(info.dtype()) == 0) {
       out->skipped.push_back({{"name", name}, {"dtype", ckptd::DataTypeName(info.dtype())}});
-      if (!as_json)
-        std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n", name.c_str(),
-                     ckptd::DataTypeName(info.dtype()).c_str());
-      done += stored_bytes(info);  // counted in total: progress still ends at 100%
-      if (show_progress) progress.Update(done, total);
       continue;
     }
-    std::string bytes(static_cast<size_t>(ckptd::Box::Full(shape).NumElements()) * ckptd::DataTypeSize(want),
-                      '\0');
-    ckptd::RestoreTarget target;
-    target.name = name;
-    target.dtype = want;
-    target.shape.assign(shape.begin(), shape.end());
-    target.data = bytes.data();
-    target.size = bytes.size();
-    RETURN_IF_ERROR(client.Restore(run, listed.step(), {target}).status());
-    const std::string path = ckptd::JoinPath(out_dir, ckptd::TensorFileName(name) + ".npy");
-    RETURN_IF_ERROR(fs->CreateDirs(ckptd::DirName(path), 0755));
-    RETURN_IF_ERROR(WriteFileWhole(
-        fs, path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, want, shape, bytes); }));
-    out->paths.push_back(path);
-    out->total += static_cast<int64_t>(bytes.size());
-    out->files.push_back({{"name", name}, {"path", path}, {"dtype", ckptd::DataTypeName(want)}});
-    if (!as_json) std::printf("%s -> %s\n", name.c_str(), path.c_str());
-    done += stored_bytes(info);
-    if (show_progress) progress.Update(done, total);
+    f.path = ckptd::JoinPath(options.out_dir, ckptd::TensorFileName(name) + ".npy");
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+// Restores `files` of (run, step) through the daemon, a request per kRestoreRequestBytes,
+// and writes each batch's files through `output`.
+absl::Status RestoreBatches(ckptd::Client& client, const DaemonFlags& flags, const std::string& run,
+                            int64_t step, std::vector<RestoreFile>& files, OutputFiles& output,
+                            bool show_progress, RestoredFiles* out) {
+  int64_t total = 0, done = 0;
+  for (const RestoreFile& f : files) total += f.stored_bytes;
+  Progress progress("restore");
+  for (size_t first = 0; first < files.size();) {
+    std::vector<ckptd::RestoreTarget> targets;
+    size_t end = first;
+    for (int64_t batch = 0; end < files.size() && (end == first || batch < kRestoreRequestBytes); ++end) {
+      RestoreFile& f = files[end];
+      f.bytes.assign(
+          static_cast<size_t>(ckptd::Box::Full(f.shape).NumElements()) * ckptd::DataTypeSize(f.dtype), '\0');
+      batch += static_cast<int64_t>(f.bytes.size());
+      ckptd::RestoreTarget target;
+      target.name = f.name;
+      target.dtype = f.dtype;
+      target.shape.assign(f.shape.begin(), f.shape.end());
+      target.data = f.bytes.data();
+      target.size = f.bytes.size();
+      targets.push_back(std::move(target));
+    }
+    ckptd::RestoreOptions restore_options;
+    restore_options.timeout = flags.Left(absl::Minutes(10));
+    RETURN_IF_ERROR(client.Restore(run, step, targets, restore_options).status());
+    for (size_t i = first; i < end; ++i) {
+      RestoreFile& f = files[i];
+      ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+      RETURN_IF_ERROR(output.Write(
+          f.path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, f.dtype, f.shape, f.bytes); }));
+      out->total += static_cast<int64_t>(f.bytes.size());
+      out->files.push_back({{"name", f.name}, {"path", f.path}, {"dtype", ckptd::DataTypeName(f.dtype)}});
+      out->lines.push_back(absl::StrCat(f.name, " -> ", f.path));
+      std::string().swap(f.bytes);
+      done += f.stored_bytes;
+      if (show_progress) progress.Update(done, total);
+    }
+    first = end;
   }
   return absl::OkStatus();
 }
 
+// Restores the tensors of (run, step) matching the options into .npy files; nullopt
+// step = the newest committed. Nothing stays behind when it fails.
+absl::Status RestoreToFiles(ckptd::Client& client, const DaemonFlags& flags, const std::string& run,
+                            std::optional<int64_t> step, const RestoreCommandOptions& options,
+                            const RestoreDtypes& dtypes, bool show_progress, RestoredFiles* out) {
+  // The daemon names the step's tensors: its files need not be visible from here.
+  ASSIGN_OR_RETURN(ckptd::v1::ListTensorsResponse listed,
+                   client.ListTensors(run, step, flags.Left(absl::Seconds(30))));
+  out->step = listed.step();
+  ASSIGN_OR_RETURN(std::vector<RestoreFile> files, PlanRestore(listed, options, dtypes, run, out));
+  OutputFiles output(ckptd::PosixFileSystem(), options.out_dir);
+  RETURN_IF_ERROR(output.CreateDirs(options.out_dir));
+  RETURN_IF_ERROR(RestoreBatches(client, flags, run, listed.step(), files, output, show_progress, out));
+  output.Keep();
+  return absl::OkStatus();
+}
+
+// An --out that holds anything is refused without --force: a restore must not mix
+// its files with others'.
+absl::Status CheckOutDir(const RestoreCommandOptions& options) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  if (!fs->Exists(options.out_dir)) return absl::OkStatus();
+  if (!fs->IsDirectory(options.out_dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", options.out_dir, ": exists and is not a directory"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> entries, fs->ListDir(options.out_dir));
+  if (entries.empty() || options.force) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat("--out ", options.out_dir, " is not empty (", entries.size(),
+                                               " entries); --force writes into it, replacing files of "
+                                               "the same names"));
+}
+
 }  // namespace
 
-int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int64_t> step,
-            const std::string& pattern, const std::string& out_dir, const std::string& dtype_name,
-            bool fallback, bool quiet, bool as_json) {
-  std::optional<int> dtype;
-  if (!dtype_name.empty()) {
-    dtype = ckptd::DataTypeFromName(dtype_name);
-    if (!dtype.has_value()) {
-      return Error(absl::InvalidArgumentError(
-          absl::StrCat("--dtype: unknown '", dtype_name,
-                       "' (want e.g. float32, bfloat16, float16, or TF's float, half)")));
-    }
-  }
+int Restore(const DaemonFlags& flags, const std::string& run, const RestoreCommandOptions& options,
+            bool as_json) {
+  RestoreDtypes dtypes;
+  if (absl::Status s = dtypes.Parse(options); !s.ok()) return Error(s);
+  if (absl::Status s = CheckOutDir(options); !s.ok()) return Error(s);
   auto client = flags.Connect();
   if (!client.ok()) return Error(client.status());
   // What to try: the step asked for, or the newest; with fallback every older one too.
-  std::vector<std::optional<int64_t>> candidates = {step};
-  if (fallback && !step.has_value()) {
-    auto listed = (*client)->ListCheckpoints(run);
+  std::vector<std::optional<int64_t>> candidates = {options.step};
+  if (options.fallback && !options.step.has_value()) {
+    auto listed = (*client)->ListCheckpoints(run, flags.Left(absl::Seconds(30)));
     if (!listed.ok()) return Error(listed.status());
     std::vector<int64_t> steps;
     for (const auto& info : listed->checkpoints()) steps.push_back(info.step());
@@ -359,8 +475,8 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
   json skipped_steps = json::array();
   for (const std::optional<int64_t>& candidate : candidates) {
     RestoredFiles restored;
-    const absl::Status s = RestoreToFiles(**client, run, candidate, pattern, out_dir, dtype, as_json,
-                                          !quiet && !as_json, &restored);
+    const absl::Status s = RestoreToFiles(**client, flags, run, candidate, options, dtypes,
+                                          !options.quiet && !as_json, &restored);
     if (s.ok()) {
       if (as_json) {
         PrintJson({{"run", run},
@@ -369,20 +485,20 @@ int Restore(const DaemonFlags& flags, const std::string& run, std::optional<int6
                    {"bytes", restored.total},
                    {"skipped", restored.skipped},
                    {"skipped_steps", skipped_steps}});
-      } else {
-        std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
-                    restored.files.size(), run.c_str(), static_cast<long long>(restored.step),
-                    HumanBytes(restored.total).c_str(), out_dir.c_str());
+        return kOk;
       }
+      for (const auto& skipped : restored.skipped) {
+        std::fprintf(stderr, "skipped %s: cannot write %s as .npy\n",
+                     skipped["name"].get<std::string>().c_str(), skipped["dtype"].get<std::string>().c_str());
+      }
+      for (const std::string& line : restored.lines) std::printf("%s\n", line.c_str());
+      std::printf("restored %zu tensor(s) of run '%s' step %lld through the daemon, %s, into %s\n",
+                  restored.files.size(), run.c_str(), static_cast<long long>(restored.step),
+                  HumanBytes(restored.total).c_str(), options.out_dir.c_str());
       return kOk;
     }
-    // A step that fails its checksums: with fallback, an older one; its files go.
-    for (const std::string& path : restored.paths) ckptd::PosixFileSystem()->DeleteFile(path).IgnoreError();
-    if (!absl::IsDataLoss(s) || !fallback || &candidate == &candidates.back()) {
-      Error(s);
-      // A checksum failure is a problem found in the checkpoint (as verify reports it).
-      return absl::IsDataLoss(s) ? kFound : kError;
-    }
+    // A step that fails its checksums: with fallback, an older one.
+    if (!absl::IsDataLoss(s) || !options.fallback || &candidate == &candidates.back()) return Error(s);
     skipped_steps.push_back({{"step", restored.step}, {"problem", std::string(s.message())}});
     if (!as_json) {
       std::fprintf(stderr, "skipped step %lld: %s\n", static_cast<long long>(restored.step),

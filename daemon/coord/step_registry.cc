@@ -1,6 +1,7 @@
 #include "daemon/coord/step_registry.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/base/status.h"
@@ -316,6 +317,19 @@ std::optional<absl::Status> StepRegistry::Outcome(const StepKey& key) {
   auto it = outcomes_.find(key);
   if (it == outcomes_.end()) return std::nullopt;
   return it->second;
+}
+
+bool StepRegistry::KnowsRun(const std::string& run) {
+  absl::MutexLock lock(&mu_);
+  const auto of_run = [&run](const auto& keyed) {
+    auto it = keyed.lower_bound(StepKey{run, std::numeric_limits<int64_t>::min()});
+    return it != keyed.end() && it->first.run == run;
+  };
+  if (of_run(pending_) || of_run(outcomes_) || last_committed_.count(run) > 0) return true;
+  auto barrier = barriers_.lower_bound({run, std::numeric_limits<int64_t>::min()});
+  if (barrier != barriers_.end() && barrier->first.first == run) return true;
+  return std::any_of(gathering_.begin(), gathering_.end(),
+                     [&run](const GatheringStep& g) { return g.key.run == run; });
 }
 
 }  // namespace ckptd

@@ -111,6 +111,9 @@ class StepRegistry {
   // Every rank's serialized status, by rank, as the last round gathered them.
   void SetRankReports(std::vector<std::string> reports, absl::Time when);
   std::pair<std::vector<std::string>, absl::Time> RankReports();
+  // Whether any step or barrier of `run` is staged, committing, gathering job-wide,
+  // or remembered here (a run only on disk is the store's to say).
+  bool KnowsRun(const std::string& run);
   // OK/error if the outcome is remembered; nullopt otherwise.
   std::optional<absl::Status> Outcome(const StepKey& key);
   // A step still gathering trainers as the coordinator saw it job-wide in its last

@@ -185,7 +185,7 @@ absl::StatusOr<TrainerPayload> CkptdService::ReceiveData(grpc::ServerContext* ct
   return builder.Build(header, placement);
 }
 
-grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
+grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* request,
                                              v1::WaitResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status allowed = peers_->Check(ctx->peer());
@@ -203,6 +203,17 @@ grpc::ServerUnaryReactor* CkptdService::Wait(grpc::CallbackServerContext* ctx, c
   // Committed before this daemon started: the directory is the proof.
   if (!registry_->Outcome(key).has_value() && store_->IsCommitted(key.run, key.step)) {
     reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  // A name mistyped, or a watcher on the wrong daemon, would otherwise wait out its
+  // whole deadline for a step that nothing will ever save.
+  if (!request->allow_unknown_run() && !registry_->KnowsRun(key.run) &&
+      !store_->fs()->IsDirectory(store_->RunDir(key.run))) {
+    reactor->Finish(ToGrpcStatus(absl::NotFoundError(
+        absl::StrCat("run '", key.run, "': this daemon has no step of it (none staged, committing or under ",
+                     store_->root(),
+                     "); check the name, or wait with allow_unknown_run (ckptctl wait --allow-unknown) "
+                     "for a run about to start"))));
     return reactor;
   }
   registry_->AddStepWaiter(key,

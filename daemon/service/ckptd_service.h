@@ -71,7 +71,7 @@ class CkptdService final
 
   grpc::Status Save(grpc::ServerContext* ctx, grpc::ServerReader<v1::SaveRequest>* reader,
                     v1::SaveResponse* response) override;
-  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::StepRef* request,
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* request,
                                  v1::WaitResponse* response) override;
   // Restore is served through gRPC's split-streaming handler, which reads the request
   // in the handler and writes raw ByteBuffers (restore_reply.h); the constructor

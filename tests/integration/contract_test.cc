@@ -84,7 +84,7 @@ grpc::Status SendSave(v1::Ckptd::Stub& stub, const v1::SaveRequest& header, cons
 grpc::Status WaitFor(v1::Ckptd::Stub& stub, const std::string& run, int64_t step, int deadline_seconds = 30) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_seconds));
-  v1::StepRef ref;
+  v1::WaitRequest ref;
   ref.set_run(run);
   ref.set_step(step);
   v1::WaitResponse response;

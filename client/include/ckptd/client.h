@@ -207,6 +207,11 @@ enum class WaitForDaemon {
   kNo,
 };
 
+// What Wait does with a run its daemon has never seen (no step of it staged, being
+// committed or on disk): say so at once, or wait for it (a watcher that starts before
+// the run's first save).
+enum class UnknownRun { kNotFound, kWait };
+
 class Client {
  public:
   // `address` as DaemonTarget reads it ("host:port" needs `tls`). Waits up to
@@ -228,7 +233,9 @@ class Client {
                                         const SaveOptions& options);
   // Returns once (run, step) is committed on every host, or with the step's error.
   // Frees the shared-memory segments of the run's saves up to that step for reuse.
-  absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10));
+  // A run the daemon has never seen is NOT_FOUND at once, unless UnknownRun::kWait.
+  absl::Status Wait(const std::string& run, int64_t step, absl::Duration timeout = absl::Minutes(10),
+                    UnknownRun unknown_run = UnknownRun::kNotFound);
   // Fills every target from (run, step), or from the newest committed step when `step`
   // is nullopt; returns the step restored. On failure the targets' contents are
   // undefined, unless options.keep_targets_on_failure (see there).

@@ -389,11 +389,14 @@ class Client:
 
     # --- wait, restore, barrier, status -----------------------------------------
 
-    def wait(self, run: str, step: int, timeout: float = 600.0) -> str:
+    def wait(self, run: str, step: int, timeout: float = 600.0, allow_unknown: bool = False) -> str:
         """Returns the published step directory once (run, step) is committed on every
-        host; raises Error with the step's failure otherwise."""
+        host; raises Error with the step's failure otherwise. A run the daemon has never
+        seen (nothing of it staged, committing or on disk) raises Error NOT_FOUND at
+        once, unless allow_unknown (a watcher started before the run's first save)."""
         try:
-            reply = self._stub.Wait(ckptd_pb2.StepRef(run=run, step=step), timeout=timeout)
+            request = ckptd_pb2.WaitRequest(run=run, step=step, allow_unknown_run=allow_unknown)
+            reply = self._stub.Wait(request, timeout=timeout)
         except grpc.RpcError as e:
             _raise(e)
         for key in [k for k in self._busy if k[0] == run and k[1] <= step]:

@@ -190,7 +190,7 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
     assert r.returncode == 1 and json.loads(r.stdout)["committed"] is False
     for c in clients:
         c.close()
-    assert ckptctl("wait", "on", 3).returncode == 2  # no address anywhere
+    assert ckptctl("wait", "on", 3).returncode == 4  # no address anywhere: no daemon
 
     r = ckptctl("restore", "on", "--out", tmp_path / "r", "--tensors", "kernel|embedding", "--json", env=env)
     assert r.returncode == 0, r.stderr
@@ -207,7 +207,7 @@ def test_status_wait_and_restore_through_the_daemon(job, tmp_path):
         back = np.load(tmp_path / name / "dense" / "bias.npy")
         assert back.dtype == want and np.array_equal(back, tensors["dense/bias"].astype(want)), name
     r = ckptctl("restore", "on", "--out", tmp_path / "x", "--dtype", "float33", env=env)
-    assert r.returncode == 2 and "unknown 'float33'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "unknown dtype 'float33'" in r.stderr, r.stderr
     r = ckptctl("restore", "on", "--out", tmp_path / "x", "--tensors", "^nothing$", env=env)
     assert r.returncode == 2 and "matches '^nothing$'" in r.stderr, r.stderr
     r = ckptctl("restore", "on", "--out", tmp_path / "p", env=env)
@@ -328,6 +328,172 @@ def flip_first_byte(run_dir, step):
         first = f.read(1)
         f.seek(0)
         f.write(bytes([first[0] ^ 0xFF]))
+
+
+EXIT_CODES = {0: "ok", 1: "data problem", 2: "usage or input", 3: "timed out", 4: "no daemon"}
+
+
+def test_one_exit_code_contract_for_every_command(job, tmp_path):
+    """Every command against a corrupt step and against a daemon that is not there:
+    1 for the data, 4 for the daemon, 2 for usage, 3 for a timeout. A failed export or
+    restore leaves nothing in its output directory."""
+    run_dir = save(job, "bad", 1, model(1))
+    save(job, "bad", 2, model(2))
+    flip_first_byte(run_dir, 2)
+    step = os.path.join(run_dir, "step-00000002")
+    entries = json.loads(ckptctl("inspect", step, "--json").stdout)["entries"]
+    first = next(e["key"] for e in entries if e["shard"] == 0 and e["offset"] == 0)
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(0))
+    missing = str(tmp_path / "no-daemon.sock")
+    out = tmp_path / "out"
+    corrupt = {
+        "verify": (["verify", step], 1),
+        "verify --all": (["verify", run_dir, "--all", "-q"], 1),
+        "verify --address": (["verify", "bad", "--step", 2, "-q"], 1),
+        "latest --verified": (["latest", step, "--verified"], 2),  # a step directory is not a run
+        "inspect --values": (["inspect", step, "--values", first], 1),
+        "inspect --stats": (["inspect", step, "--stats"], 1),
+        "inspect --address --stats": (["inspect", "bad", "--step", 2, "--stats"], 1),
+        "export": (["export", step, "--out", out / "e", "-q"], 1),
+        "export safetensors": (["export", step, "--format", "safetensors", "--out", out / "s", "-q"], 1),
+        "export --address": (["export", "bad", "--step", 2, "--out", out / "a", "-q"], 1),
+        "diff --atol 0": (["diff", os.path.join(run_dir, "step-00000001"), step, "--atol", 0], 1),
+        "restore": (["restore", "bad", "--step", 2, "--out", out / "r", "-q"], 1),
+        "inspect (index only)": (["inspect", step], 0),
+        "restore --fallback": (["restore", "bad", "--fallback", "--out", out / "f", "-q"], 0),
+    }
+    got = {}
+    for what, (argv, _) in corrupt.items():
+        if "--address" in what:
+            argv = [argv[0], *argv[1:], "--address", job.address(0)]
+        got[what] = ckptctl(*argv, env=env).returncode
+    assert got == {what: code for what, (_, code) in corrupt.items()}
+    # Nothing of a failed export or restore is left, not even the directory it made.
+    assert sorted(os.listdir(out)) == ["f"], os.listdir(out)
+
+    down = {
+        "status": ["status"],
+        "wait": ["wait", "bad", 1],
+        "restore": ["restore", "bad", "--out", out / "d"],
+        "ls --address": ["ls", "bad"],
+        "latest --address": ["latest", "bad"],
+        "inspect --address": ["inspect", "bad"],
+        "verify --address": ["verify", "bad"],
+        "export --address": ["export", "bad", "--out", out / "d"],
+    }
+    for what, argv in down.items():
+        r = ckptctl(*argv, "--address", missing)
+        assert r.returncode == 4 and "no ckptd is listening" in r.stderr, (what, r.returncode, r.stderr)
+    assert not (out / "d").exists()
+    # Without --address or $CKPTD_ADDRESS: the default socket, not there for this test's user.
+    r = ckptctl("status", env=dict(env, CKPTD_ADDRESS=missing))
+    assert r.returncode == 4, r.stderr
+
+    usage = {
+        "bad flag": ["ls", "--jsn", run_dir],
+        "not a checkpoint": ["inspect", tmp_path / "nothing"],
+        "bad --timeout": ["status", "--timeout", "soon"],
+        "unknown run": ["wait", "never-saved", 1],
+        "restore into a full --out": ["restore", "bad", "--step", 1, "--out", out],
+    }
+    for what, argv in usage.items():
+        r = ckptctl(*argv, env=env)
+        assert r.returncode == 2, (what, r.returncode, r.stderr)
+    r = ckptctl("wait", "bad", 99, "--timeout", "200ms", env=env)
+    assert r.returncode == 3, r.stderr
+
+
+def test_wait_on_an_unknown_run_answers_at_once_and_timeout_bounds_every_command(job, tmp_path):
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(1))
+    # Waited on with the default 10 minutes: the answer comes at once, naming the run.
+    r = ckptctl("wait", "typo-run", 5, env=env)
+    assert r.returncode == 2 and "run 'typo-run': this daemon has no step of it" in r.stderr, r.stderr
+    assert "--allow-unknown" in r.stderr, r.stderr
+    import ckptd
+    with job.client(1) as c:
+        with pytest.raises(ckptd.Error) as e:
+            c.wait("typo-run", 5)
+        assert e.value.code.name == "NOT_FOUND"
+    # A watcher started before the run's first save waits for it.
+    r = ckptctl("wait", "typo-run", 5, "--allow-unknown", "--timeout", "300ms", env=env)
+    assert r.returncode == 3, r.stderr
+    watcher = subprocess.Popen([CKPTCTL, "wait", "soon", "1", "--allow-unknown", "--json"], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    save(job, "soon", 1, model(1))
+    assert watcher.wait(timeout=120) == 0 and json.loads(watcher.stdout.read())["committed"] is True
+    watcher.stdout.close()
+    # A run only on disk (saved before this daemon started) is known too.
+    assert ckptctl("wait", "soon", 1, env=env).returncode == 0
+    # --timeout is on every online command and parses durations as elsewhere.
+    for argv in (["status"], ["ls", "soon"], ["latest", "soon"], ["inspect", "soon"], ["verify", "soon", "-q"],
+                 ["restore", "soon", "--out", tmp_path / "t", "-q"]):
+        r = ckptctl(*argv, "--timeout", "1m", "--address", job.address(1))
+        assert r.returncode == 0, (argv, r.stderr)
+
+
+@pytest.fixture
+def metrics_job(tmp_path):
+    from conftest import Job
+    (tmp_path / "metrics-job").mkdir()
+    j = Job(tmp_path / "metrics-job", extra=("--metrics-address", "127.0.0.1:0"))
+    yield j
+    assert j.stop() == 0, open(j.log_path).read()
+
+
+def restores_counted(job, run):
+    """ckptd_restores_total{run} on rank 0's /metrics (counted before a restore's reply
+    completes, so a finished restore is always in it)."""
+    import re
+    import urllib.request
+    with job.client(0) as c:
+        address = c.status()["metrics_address"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as r:
+        page = r.read().decode()
+    found = re.search(r'^ckptd_restores_total\{run="%s"\} (\S+)$' % run, page, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_restore_dtype_converts_floats_only_and_writes_nothing_on_failure(metrics_job, tmp_path):
+    job = metrics_job
+    tensors = model(6)
+    save(job, "dt", 6, tensors)
+    env = dict(os.environ, CKPTD_ADDRESS=job.address(0))
+    # --dtype applies to floating tensors; integers and bools stay as stored.
+    r = ckptctl("restore", "dt", "--out", tmp_path / "h", "--dtype", "float16", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    dtypes = {f["name"]: f["dtype"] for f in json.loads(r.stdout)["files"]}
+    assert dtypes == {"dense/bias": "half", "dense/kernel": "half", "embedding": "int64", "flags": "bool",
+                      "global_step": "int64"}
+    assert np.load(tmp_path / "h" / "global_step.npy") == 6
+    assert np.array_equal(np.load(tmp_path / "h" / "dense" / "kernel.npy"),
+                          tensors["dense/kernel"].astype(np.float16))
+    # --dtype-for names the exceptions.
+    r = ckptctl("restore", "dt", "--out", tmp_path / "x", "--dtype", "float16", "--dtype-for",
+                "dense/bias=float32", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "x" / "dense" / "bias.npy").dtype == np.float32
+    assert np.load(tmp_path / "x" / "dense" / "kernel.npy").dtype == np.float16
+    # A conversion the daemon lacks, a tensor the step lacks, a dtype that is not
+    # floating: said before anything is written.
+    for argv, words in [(["--dtype-for", "embedding=float32"], "int64 cannot become float"),
+                        (["--dtype-for", "nope=float32"], "no tensor named 'nope'"),
+                        (["--dtype", "int32"], "applies to floating tensors"),
+                        (["--dtype-for", "dense/bias"], "want NAME=DTYPE")]:
+        r = ckptctl("restore", "dt", "--out", tmp_path / "bad", *argv, env=env)
+        assert r.returncode == 2 and words in r.stderr, (argv, r.stderr)
+        assert not (tmp_path / "bad").exists()
+    # An --out with files in it is refused without --force; an empty one is fine.
+    r = ckptctl("restore", "dt", "--out", tmp_path / "h", env=env)
+    assert r.returncode == 2 and "--force" in r.stderr, r.stderr
+    r = ckptctl("restore", "dt", "--out", tmp_path / "h", "--force", "-q", env=env)
+    assert r.returncode == 0 and np.load(tmp_path / "h" / "global_step.npy") == 6, r.stderr
+    (tmp_path / "empty").mkdir()
+    assert ckptctl("restore", "dt", "--out", tmp_path / "empty", "-q", env=env).returncode == 0
+    # One request for the whole restore, not one per tensor: the daemon counts one.
+    before = restores_counted(job, "dt")
+    r = ckptctl("restore", "dt", "--out", tmp_path / "one", "--json", env=env)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["files"]) == 5, r.stderr
+    assert restores_counted(job, "dt") - before == 1
 
 
 def test_finding_the_newest_good_checkpoint(job, tmp_path):
@@ -755,7 +921,7 @@ def test_import_makes_a_committed_step_that_trainers_restore_in_any_layout(job, 
     blob[100] ^= 0xFF
     flip.write_bytes(bytes(blob))
     r = ckptctl("import", corrupt / "variables", run_dir, "--step", 300)
-    assert r.returncode == 2 and "does not verify" in r.stderr, r.stderr
+    assert r.returncode == 1 and "does not verify" in r.stderr, r.stderr  # a data problem
     assert sorted(os.listdir(run_dir)) == before
     assert json.loads(ckptctl("latest", run_dir, "--json").stdout)["step"] == 200
 

@@ -417,6 +417,16 @@ class TensorRequest(_message.Message):
     shape: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ..., host_memory: _Optional[_Union[SharedMemory, _Mapping]] = ...) -> None: ...
 
+class WaitRequest(_message.Message):
+    __slots__ = ["allow_unknown_run", "run", "step"]
+    ALLOW_UNKNOWN_RUN_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    allow_unknown_run: bool
+    run: str
+    step: int
+    def __init__(self, run: _Optional[str] = ..., step: _Optional[int] = ..., allow_unknown_run: bool = ...) -> None: ...
+
 class WaitResponse(_message.Message):
     __slots__ = ["path"]
     PATH_FIELD_NUMBER: _ClassVar[int]

@@ -21,7 +21,7 @@ class CkptdStub(object):
                 )
         self.Wait = channel.unary_unary(
                 '/ckptd.v1.Ckptd/Wait',
-                request_serializer=ckptd_dot_v1_dot_ckptd__pb2.StepRef.SerializeToString,
+                request_serializer=ckptd_dot_v1_dot_ckptd__pb2.WaitRequest.SerializeToString,
                 response_deserializer=ckptd_dot_v1_dot_ckptd__pb2.WaitResponse.FromString,
                 )
         self.Restore = channel.unary_stream(
@@ -128,7 +128,7 @@ def add_CkptdServicer_to_server(servicer, server):
             ),
             'Wait': grpc.unary_unary_rpc_method_handler(
                     servicer.Wait,
-                    request_deserializer=ckptd_dot_v1_dot_ckptd__pb2.StepRef.FromString,
+                    request_deserializer=ckptd_dot_v1_dot_ckptd__pb2.WaitRequest.FromString,
                     response_serializer=ckptd_dot_v1_dot_ckptd__pb2.WaitResponse.SerializeToString,
             ),
             'Restore': grpc.unary_stream_rpc_method_handler(
@@ -200,7 +200,7 @@ class Ckptd(object):
             timeout=None,
             metadata=None):
         return grpc.experimental.unary_unary(request, target, '/ckptd.v1.Ckptd/Wait',
-            ckptd_dot_v1_dot_ckptd__pb2.StepRef.SerializeToString,
+            ckptd_dot_v1_dot_ckptd__pb2.WaitRequest.SerializeToString,
             ckptd_dot_v1_dot_ckptd__pb2.WaitResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

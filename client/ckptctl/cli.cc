@@ -126,6 +126,11 @@ absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
   return s;
 }
 
+OutputFiles::OutputFiles(std::string dir)
+    : dir_(std::move(dir)),
+      modes_(ckptd::ModesBeneath(dir_, /*private_at_least=*/false)),
+      fs_(ckptd::PosixFileSystemCreating(modes_.file)) {}
+
 OutputFiles::~OutputFiles() {
   if (kept_) return;
   for (const std::string& path : written_) fs_->DeleteFile(path).IgnoreError();
@@ -140,7 +145,7 @@ absl::Status OutputFiles::CreateDirs(const std::string& path) {
     missing.push_back(p);
   }
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    RETURN_IF_ERROR(fs_->CreateDir(*it, 0755));
+    RETURN_IF_ERROR(fs_->CreateDir(*it, modes_.dir));
     created_.push_back(*it);
   }
   return absl::OkStatus();
@@ -149,7 +154,7 @@ absl::Status OutputFiles::CreateDirs(const std::string& path) {
 absl::Status OutputFiles::Write(const std::string& path,
                                 const std::function<absl::Status(const std::string&)>& write) {
   RETURN_IF_ERROR(CreateDirs(ckptd::DirName(path)));
-  RETURN_IF_ERROR(WriteFileWhole(fs_, path, write));
+  RETURN_IF_ERROR(WriteFileWhole(fs_.get(), path, write));
   written_.push_back(path);
   return absl::OkStatus();
 }

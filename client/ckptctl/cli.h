@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "ckptd/client.h"
 #include "daemon/io/file_system.h"
+#include "daemon/io/private_dir.h"
 #include "daemon/layout/box.h"
 
 namespace ckptctl {
@@ -85,23 +86,28 @@ absl::Status WriteFileWhole(ckptd::FileSystem* fs, const std::string& path,
 // The output files of export and restore, made so that a command that fails leaves
 // nothing behind: every file goes through WriteFileWhole, and unless Keep() is called
 // the destructor removes the files written and the directories created through it
-// (the output directory too, when this created it).
+// (the output directory too, when this created it). What it creates is no more
+// readable than the directory it lands in (ckptd::ModesBeneath): an export into a
+// checkpoint root is as private as the daemon's files.
 class OutputFiles {
  public:
-  OutputFiles(ckptd::FileSystem* fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
+  explicit OutputFiles(std::string dir);
   ~OutputFiles();
   OutputFiles(const OutputFiles&) = delete;
   OutputFiles& operator=(const OutputFiles&) = delete;
 
   const std::string& dir() const { return dir_; }
+  // Creates files with the output's mode.
+  ckptd::FileSystem* fs() const { return fs_.get(); }
   // `path` and its missing parents; those created are remembered.
   absl::Status CreateDirs(const std::string& path);
   absl::Status Write(const std::string& path, const std::function<absl::Status(const std::string&)>& write);
   void Keep() { kept_ = true; }
 
  private:
-  ckptd::FileSystem* fs_;
   std::string dir_;
+  ckptd::CreateModes modes_;
+  std::unique_ptr<ckptd::FileSystem> fs_;
   std::vector<std::string> written_, created_;
   bool kept_ = false;
 };

@@ -59,8 +59,6 @@ int Latest(const Context& ctx, const std::vector<std::pair<int64_t, std::string>
 // daemon (*client keeps the connection the prefixes need).
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> DaemonSteps(
     const DaemonFlags& flags, const std::string& run, std::unique_ptr<ckptd::Client>* client);
-// The bundle prefix of `step` in a run directory (what --step names offline).
-std::string StepOf(const std::string& run_dir, int64_t step);
 struct ExportOptions {
   std::string format = "npy";  // or "safetensors"
   std::string out_dir{};

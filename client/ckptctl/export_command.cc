@@ -164,7 +164,7 @@ absl::Status WriteExportFile(OutputFiles& output, BundleReader& reader,
                              const ExportOptions& options,
                              const std::function<void(const ckptd::TensorInfo&)>& advance, std::string* bytes,
                              json* files, json* weight_map) {
-  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  ckptd::FileSystem* fs = output.fs();
   if (options.format == "npy") {
     const ckptd::TensorInfo& info = infos[members[0]];
     RETURN_IF_ERROR(ReadWhole(reader, info, /*widen_bfloat16=*/true, bytes));
@@ -247,7 +247,7 @@ int Export(const Context& ctx, const std::string& arg, const ExportOptions& opti
   if (absl::Status s = CheckOverwrites(fs, plan, options, index_path, sharded, &stale); !s.ok())
     return Error(s);
   // A failed export leaves nothing behind: no file of its own, no directory it made.
-  OutputFiles output(fs, options.out_dir);
+  OutputFiles output(options.out_dir);
   if (absl::Status s = output.CreateDirs(options.out_dir); !s.ok()) return Error(s);
   for (const std::string& name : skipped_text) {
     std::fprintf(stderr, "skipped %s: %s has no such dtype\n", name.c_str(), options.format.c_str());

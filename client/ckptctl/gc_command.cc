@@ -48,8 +48,20 @@ std::string RunningDaemonLock(const std::string& run_dir) {
 int Gc(const std::string& dir, int keep_last, int keep_every, bool dry_run, bool quiet, bool as_json) {
   auto run_dir = OpenRunDir(dir);
   if (!run_dir.ok()) return Error(run_dir.status());
+  // A root is not a run: retention across every run is not what one run's gc means.
+  if (CommittedSteps(ckptd::PosixFileSystem(), TrimSlashes(dir)).empty()) {
+    if (const std::vector<std::string> runs = RunsWithSteps(ckptd::PosixFileSystem(), TrimSlashes(dir));
+        !runs.empty()) {
+      return Error(absl::InvalidArgumentError(absl::StrCat(
+          dir, " is a checkpoint root with run(s) ", absl::StrJoin(runs, ", "),
+          "; gc takes one run directory (e.g. ", ckptd::JoinPath(TrimSlashes(dir), runs[0]), ")")));
+    }
+  }
   const std::string& run = run_dir->run;
-  const ckptd::CheckpointStore& store = run_dir->store;
+  // The state file gc rewrites is as private as the daemon's.
+  const std::unique_ptr<ckptd::FileSystem> writer =
+      ckptd::PosixFileSystemCreating(ckptd::ModesBeneath(dir, /*private_at_least=*/true).file);
+  const ckptd::CheckpointStore store(writer.get(), run_dir->store.root());
   // What a crash left (temp and half-deleted step directories): removed unless a
   // daemon runs on this root, whose next commit removes them itself.
   const std::string daemon_lock = RunningDaemonLock(dir);

@@ -14,6 +14,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
+#include "daemon/io/private_dir.h"
 #include "daemon/store/checkpoint_store.h"
 
 namespace ckptctl {
@@ -277,7 +278,10 @@ int Import(const Context& ctx, const std::string& src, const std::string& run_di
         absl::InvalidArgumentError(absl::StrCat(run_dir_arg, ": want a run directory <root>/<run>")));
   }
   if (step < 0) return Error(absl::InvalidArgumentError("--step must be 0 or more"));
-  const ckptd::CheckpointStore store(fs, ckptd::DirName(run_dir));
+  // What import writes is as private as the daemon's own steps beside it.
+  const ckptd::CreateModes modes = ckptd::ModesBeneath(ckptd::DirName(run_dir), /*private_at_least=*/true);
+  const std::unique_ptr<ckptd::FileSystem> writer = ckptd::PosixFileSystemCreating(modes.file);
+  const ckptd::CheckpointStore store(writer.get(), ckptd::DirName(run_dir));
   if (fs->Exists(store.StepDir(run, step))) {
     return Error(absl::AlreadyExistsError(
         absl::StrCat(store.StepDir(run, step), " exists: a committed step is never replaced")));
@@ -310,10 +314,11 @@ int Import(const Context& ctx, const std::string& src, const std::string& run_di
   const std::string temp = store.TempDir(run, step) + ".import";
   Progress progress("import");
   absl::Status s =
-      store.BeginStep(run, step, ".import", 0755, ckptd::CheckpointStore::Begin::kFresh).status();
+      store.BeginStep(run, step, ".import", modes.dir, ckptd::CheckpointStore::Begin::kFresh).status();
   Progress* shown = quiet || as_json ? nullptr : &progress;
   if (s.ok())
-    s = WriteImportedStep(fs, safetensors ? nullptr : source.get(), files, temp, started, &meta, shown);
+    s = WriteImportedStep(writer.get(), safetensors ? nullptr : source.get(), files, temp, started, &meta,
+                          shown);
   bool renamed = false;
   if (s.ok()) s = store.PublishStep(temp, run, step, /*sync_contents=*/false, &renamed);
   if (!s.ok()) {

@@ -10,6 +10,7 @@
 #include "ckptd/v1/wire.h"
 #include "client/ckptctl/commands.h"
 #include "client/ckptctl/daemon_file_system.h"
+#include "client/ckptctl/offline_common.h"
 #include "daemon/base/command_line.h"
 #include "daemon/base/status.h"
 #include "daemon/base/units.h"
@@ -102,8 +103,10 @@ void DeclareReaders(CLI::App& app, Args& a, Commands& c) {
 void DeclareWriters(CLI::App& app, Args& a, Commands& c) {
   c.diff =
       app.add_subcommand("diff", "tensors added, removed or changed (dtype, shape, checksum) from A to B");
-  c.diff->add_option("A", a.target, kCheckpointHelp)->required();
-  c.diff->add_option("B", a.second, kCheckpointHelp)->required();
+  // diff reads files only (no --address): both checkpoints must be visible here.
+  const char* diff_help = "checkpoint prefix, step directory or run directory (its newest step)";
+  c.diff->add_option("A", a.target, diff_help)->required();
+  c.diff->add_option("B", a.second, diff_help)->required();
   c.diff->add_option("--tensors", a.pattern, kRegexHelp);
   c.diff
       ->add_option("--atol", a.diff_options.atol,
@@ -199,8 +202,11 @@ int Dispatch(const Commands& c, Args& a) {
   }
   // Offline, --step picks a step of a run directory.
   for (CLI::App* sub : {c.inspect, c.verify, c.exporter}) {
-    if (sub->parsed() && through_daemon == nullptr && a.step >= 0)
-      a.target = ckptctl::StepOf(a.target, a.step);
+    if (sub->parsed() && through_daemon == nullptr && a.step >= 0) {
+      absl::StatusOr<std::string> prefix = ckptctl::StepOfRunDir(a.target, a.step);
+      if (!prefix.ok()) return ckptctl::Error(prefix.status());
+      a.target = *prefix;
+    }
   }
   if (c.inspect->parsed()) return ckptctl::Inspect(ctx, a.target, a.pattern, a.as_json, a.inspect_options);
   if (c.verify->parsed() && a.all_steps) {

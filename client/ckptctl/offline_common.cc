@@ -1,8 +1,13 @@
 // The helpers ckptctl's offline commands share (offline_common.h).
 #include "client/ckptctl/offline_common.h"
 
-#include <algorithm>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_join.h"
 #include "client/tensor_values.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
@@ -40,8 +45,26 @@ std::string StepPrefix(const std::string& run_dir, int64_t step) {
       ckptd::JoinPath(TrimSlashes(run_dir), ckptd::CheckpointStore::StepDirName(step)));
 }
 
+absl::Status CheckReachable(const std::string& path) {
+  struct stat st;
+  const bool found = ::stat(path.c_str(), &st) == 0;
+  const int error = errno;
+  if ((!found && error == EACCES) ||
+      (found && S_ISDIR(st.st_mode) && ::access(path.c_str(), R_OK | X_OK) != 0 && errno == EACCES)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": permission denied (uid ", ::geteuid(),
+                     " may not read it or a directory on the way; checkpoints are private to the daemon's "
+                     "user unless security.checkpoint_group opens them to a group)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::string& arg) {
   if (fs->Exists(ckptd::IndexPath(arg))) return arg;
+  if (fs == ckptd::PosixFileSystem()) {
+    RETURN_IF_ERROR(CheckReachable(arg));
+    RETURN_IF_ERROR(CheckReachable(ckptd::IndexPath(arg)));
+  }
   if (fs->IsDirectory(arg)) {
     const std::string in_dir = ckptd::CheckpointStore::Prefix(arg);
     if (fs->Exists(ckptd::IndexPath(in_dir))) return in_dir;
@@ -109,12 +132,27 @@ absl::StatusOr<std::vector<std::string>> SelectNames(const BundleReader& reader,
 absl::StatusOr<RunDir> OpenRunDir(const std::string& dir) {
   ckptd::FileSystem* fs = ckptd::PosixFileSystem();
   const std::string trimmed = TrimSlashes(dir);
+  RETURN_IF_ERROR(CheckReachable(trimmed));
+  if (!fs->Exists(trimmed)) return absl::NotFoundError(absl::StrCat(dir, ": no such directory"));
   if (!fs->IsDirectory(trimmed)) return absl::NotFoundError(absl::StrCat(dir, " is not a directory"));
   if (fs->Exists(ckptd::IndexPath(ckptd::CheckpointStore::Prefix(trimmed)))) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, " is a step directory; this command takes a run directory (<root>/<run>)"));
   }
   return RunDir{trimmed.substr(trimmed.rfind('/') + 1), ckptd::CheckpointStore(fs, ckptd::DirName(trimmed))};
+}
+
+absl::StatusOr<std::string> StepOfRunDir(const std::string& run_dir, int64_t step) {
+  ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+  const std::string prefix = StepPrefix(run_dir, step);
+  if (fs->Exists(ckptd::IndexPath(prefix))) return prefix;
+  RETURN_IF_ERROR(CheckReachable(run_dir));
+  if (!fs->IsDirectory(run_dir)) return prefix;  // ResolvePrefix says what it is
+  const std::vector<int64_t> steps = CommittedSteps(fs, run_dir);
+  return absl::NotFoundError(
+      absl::StrCat(run_dir, " has no committed step ", step, "; ",
+                   steps.empty() ? std::string("it has no committed step at all")
+                                 : absl::StrCat("its committed steps: ", absl::StrJoin(steps, ", "))));
 }
 
 absl::StatusOr<std::unique_ptr<BundleReader>> OpenCheckpoint(const Context& ctx, const std::string& arg,

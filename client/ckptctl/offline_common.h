@@ -73,6 +73,12 @@ struct RunDir {
 // A run directory of this machine; NOT_FOUND or INVALID_ARGUMENT (a step directory)
 // naming `dir`.
 absl::StatusOr<RunDir> OpenRunDir(const std::string& dir);
+// PERMISSION_DENIED naming `path` when this user may not reach or read it (stat or
+// access fail with EACCES); OK otherwise, whether or not it exists.
+absl::Status CheckReachable(const std::string& path);
+// The bundle prefix of committed `step` of a run directory; NOT_FOUND listing the
+// steps it has when that one is not among them.
+absl::StatusOr<std::string> StepOfRunDir(const std::string& run_dir, int64_t step);
 
 // The boxes of consecutive runs of whole rows of a tensor of `shape`, each about
 // 64 MiB or one row, in row-major order; a scalar or a tensor without rows is one box.

@@ -404,7 +404,7 @@ absl::Status RestoreBatches(ckptd::Client& client, const DaemonFlags& flags, con
     RETURN_IF_ERROR(client.Restore(run, step, targets, restore_options).status());
     for (size_t i = first; i < end; ++i) {
       RestoreFile& f = files[i];
-      ckptd::FileSystem* fs = ckptd::PosixFileSystem();
+      ckptd::FileSystem* fs = output.fs();
       RETURN_IF_ERROR(output.Write(
           f.path, [&](const std::string& to) { return ckptd::WriteNpy(fs, to, f.dtype, f.shape, f.bytes); }));
       out->total += static_cast<int64_t>(f.bytes.size());
@@ -429,7 +429,7 @@ absl::Status RestoreToFiles(ckptd::Client& client, const DaemonFlags& flags, con
                    client.ListTensors(run, step, flags.Left(absl::Seconds(30))));
   out->step = listed.step();
   ASSIGN_OR_RETURN(std::vector<RestoreFile> files, PlanRestore(listed, options, dtypes, run, out));
-  OutputFiles output(ckptd::PosixFileSystem(), options.out_dir);
+  OutputFiles output(options.out_dir);
   RETURN_IF_ERROR(output.CreateDirs(options.out_dir));
   RETURN_IF_ERROR(RestoreBatches(client, flags, run, listed.step(), files, output, show_progress, out));
   output.Keep();

@@ -174,6 +174,4 @@ int Latest(const Context& ctx, const std::vector<std::pair<int64_t, std::string>
   return kFound;
 }
 
-std::string StepOf(const std::string& run_dir, int64_t step) { return StepPrefix(run_dir, step); }
-
 }  // namespace ckptctl

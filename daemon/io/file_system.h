@@ -137,8 +137,11 @@ class FileSystemWrapper : public FileSystem {
   FileSystem* target_;
 };
 
-// The process-wide POSIX implementation. Never null; lives forever.
+// The process-wide POSIX implementation; files it creates are 0644 (before the
+// umask). Never null; lives forever.
 FileSystem* PosixFileSystem();
+// The same, creating files with `file_mode` (0600 for a checkpoint's files).
+std::unique_ptr<FileSystem> PosixFileSystemCreating(uint32_t file_mode);
 
 // A POSIX file system confined beneath `root` (an existing directory): every path
 // must lie under it; files are reached with openat2(RESOLVE_BENEATH |

@@ -355,15 +355,17 @@ class PosixRandomAccessFile : public RandomAccessFile {
 
 class PosixFs : public FileSystem {
  public:
+  explicit PosixFs(uint32_t file_mode) : file_mode_(file_mode) {}
+
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, file_mode_);
     if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", path));
     return std::make_unique<PosixWritableFile>(path, fd);
   }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewDirectWritableFile(const std::string& path) override {
     return OpenDirect(path, [&](int extra) {
-      return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | extra, 0644);
+      return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | extra, file_mode_);
     });
   }
 
@@ -462,6 +464,9 @@ class PosixFs : public FileSystem {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0;
   }
+
+ private:
+  const uint32_t file_mode_;  // of files it creates, before the umask
 };
 
 }  // namespace
@@ -487,8 +492,12 @@ std::unique_ptr<RandomAccessFile> NewPosixRandomAccessFile(std::string path, int
 }
 
 FileSystem* PosixFileSystem() {
-  static FileSystem* fs = new PosixFs();
+  static FileSystem* fs = new PosixFs(0644);
   return fs;
+}
+
+std::unique_ptr<FileSystem> PosixFileSystemCreating(uint32_t file_mode) {
+  return std::make_unique<PosixFs>(file_mode);
 }
 
 }  // namespace ckptd

@@ -89,4 +89,20 @@ absl::StatusOr<std::unique_ptr<ProcessLock>> ProcessLock::Acquire(const std::str
 
 ProcessLock::~ProcessLock() { ::close(fd_); }
 
+CreateModes ModesBeneath(const std::string& path, bool private_at_least) {
+  const CreateModes private_modes{kPrivateDirMode, kPrivateFileMode};
+  std::string at = path.empty() ? "." : path;
+  struct stat st {};
+  while (::stat(at.c_str(), &st) != 0) {
+    if (at == "/" || at == ".") return private_at_least ? private_modes : CreateModes{};
+    at = DirName(at);
+  }
+  const bool closed_to_others = (st.st_mode & 0007) == 0;
+  if (closed_to_others && (st.st_mode & S_ISGID) != 0 && (st.st_mode & 0050) == 0050) {
+    return {kGroupDirMode, kGroupFileMode};
+  }
+  if (closed_to_others || private_at_least) return private_modes;
+  return {};
+}
+
 }  // namespace ckptd

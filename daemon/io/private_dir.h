@@ -24,6 +24,20 @@ inline constexpr uint32_t kPrivateFileMode = 0600;
 inline constexpr uint32_t kGroupFileMode = 0640;
 inline constexpr gid_t kNoGroup = static_cast<gid_t>(-1);
 
+// The modes for directories and files created beneath `path` (or, when it does not
+// exist, beneath its nearest existing ancestor), so that nothing written there is
+// more readable than where it lands: group modes (0750/0640) beneath a directory
+// open to its group with set-group-id and closed to others (a root with
+// checkpoint_group), private ones (0700/0600) beneath any other directory closed to
+// others, or always with `private_at_least` (a writer into a checkpoint root), else
+// 0755/0644. Every ckptctl command that writes beneath a root (import, gc, export)
+// uses it, so its files are as private as the daemon's.
+struct CreateModes {
+  uint32_t dir = 0755;
+  uint32_t file = 0644;
+};
+CreateModes ModesBeneath(const std::string& path, bool private_at_least);
+
 // Creates `path` (and missing parents) if needed, then requires that it is a real
 // directory (not a symlink) owned by this process's effective uid and not writable
 // by others (nor by its group unless `group` is given). FAILED_PRECONDITION naming

@@ -300,6 +300,82 @@ TEST(SecurityTest, CheckpointsArePrivateToTheirOwner) {
   }
 }
 
+// Every directory and file beneath `dir` whose mode is not `dir_mode`/`file_mode`,
+// as "path mode" lines (the root's own lock files included).
+std::vector<std::string> ModesOtherThan(const std::string& dir, const std::string& dir_mode,
+                                        const std::string& file_mode) {
+  std::vector<std::string> wrong;
+  for (const std::string& name : PosixFileSystem()->ListDir(dir).value_or(std::vector<std::string>{})) {
+    const std::string path = JoinPath(dir, name);
+    const bool is_dir = PosixFileSystem()->IsDirectory(path);
+    if (Mode(path) != (is_dir ? dir_mode : file_mode)) wrong.push_back(absl::StrCat(path, " ", Mode(path)));
+    if (is_dir) {
+      std::vector<std::string> below = ModesOtherThan(path, dir_mode, file_mode);
+      wrong.insert(wrong.end(), below.begin(), below.end());
+    }
+  }
+  return wrong;
+}
+
+TEST(SecurityTest, EveryWriterKeepsTheRootPrivateImportExportGcAndDrain) {
+  TempDir drain_parent;
+  const std::string drain_root = drain_parent.Sub("drained");
+  Cluster cluster(1, "", {"--drain-to", drain_root});
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<float> data(64, 0.5f);
+  auto client = cluster.Connect(0);
+  for (int64_t step : {1, 2}) ASSERT_TRUE(SaveSmall(*client, "mine", step, &data).ok());
+  const CheckpointStore drained(PosixFileSystem(), drain_root);
+  // The drain runs in the background: poll its published result, up to a minute.
+  for (const absl::Time end = absl::Now() + absl::Minutes(1);
+       !drained.IsCommitted("mine", 2) && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(drained.IsCommitted("mine", 2));
+  const std::string root = cluster.root();
+  std::string out;
+  // A checkpoint TensorFlow wrote, imported as a run; exported as files into the
+  // root; a gc that rewrites the state file.
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " import ", CKPTD_TESTDATA_DIR, "/ocr/variables ", root,
+                                    "/imported --step 7 -q"),
+                       &out),
+            0)
+      << out;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " export ", root, "/mine --out ", root, "/exported/npy -q"),
+                 &out),
+      0)
+      << out;
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " gc ", root, "/mine --keep-last 1 -q"), &out), 0) << out;
+  EXPECT_EQ(cluster.Stop(), 0);
+  EXPECT_EQ(Mode(root), "0700");
+  EXPECT_EQ(ModesOtherThan(root, "0700", "0600"), std::vector<std::string>{});
+  EXPECT_EQ(ModesOtherThan(drain_root, "0700", "0600"), std::vector<std::string>{});
+  // Outside any root, an export is as readable as its directory lets it be.
+  TempDir elsewhere;
+  ASSERT_EQ(::chmod(elsewhere.path().c_str(), 0755), 0);
+  ASSERT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " export ", root, "/mine --out ", elsewhere.Sub("npy"), " -q"),
+                 &out),
+      0)
+      << out;
+  EXPECT_EQ(ModesOtherThan(elsewhere.path(), "0755", "0644"), std::vector<std::string>{});
+}
+
+TEST(SecurityTest, ImportIntoAGroupRootGivesTheGroupModes) {
+  TempDir dir;
+  const std::string root = dir.Sub("root");
+  ASSERT_EQ(::mkdir(root.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(root.c_str(), 02750), 0);  // as a daemon with checkpoint_group leaves it
+  std::string out;
+  ASSERT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " import ", CKPTD_TESTDATA_DIR, "/ocr/variables ", root,
+                                    "/imported --step 7 -q"),
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(ModesOtherThan(root, "2750", "0640"), std::vector<std::string>{});
+}
+
 TEST(SecurityTest, CheckpointGroupMakesThemReadableByThatGroupOnly) {
   TempDir configs;
   const std::string config = WriteConfig(configs, "g.yaml", "security:\n  checkpoint_group: '65534'\n");

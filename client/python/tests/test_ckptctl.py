@@ -958,3 +958,24 @@ def test_status_names_the_missing_trainers_of_a_step_and_its_deadline(job):
             c.save("gather", 1, {"v": np.zeros(2, np.float32)}, trainer_id=t, trainer_count=3)
     assert ckptctl("wait", "gather", 1, env=env).returncode == 0
     assert poll_status(env, lambda s: not s["gathering"])["gathering"] == []
+
+
+def test_errors_that_diagnose_permission_missing_steps_roots_and_flags(job):
+    run_dir = save(job, "diag", 1, model(1))
+    save(job, "diag", 3, model(3))
+    # A step the run lacks: the steps it has are listed.
+    r = ckptctl("inspect", run_dir, "--step", 7)
+    assert r.returncode == 2 and "has no committed step 7; its committed steps: 1, 3" in r.stderr, r.stderr
+    # gc of a root (not a run) says so and names the runs.
+    r = ckptctl("gc", job.root, "--keep-last", 1)
+    assert r.returncode == 2 and "is a checkpoint root with run(s) diag" in r.stderr, r.stderr
+    assert sorted(os.listdir(run_dir)) == ["checkpoint", "step-00000001", "step-00000003"]
+    # diff reads files only: its help does not speak of --address.
+    assert "--address" not in ckptctl("diff", "--help").stdout
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running as another user takes root and setpriv")
+    # Another user, who may not enter the 0700 root: permission denied, with the path.
+    nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", CKPTCTL]
+    for argv in (["ls", run_dir], ["verify", run_dir], ["inspect", run_dir], ["latest", run_dir]):
+        r = subprocess.run(nobody + argv, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and f"{run_dir}: permission denied" in r.stderr, (argv, r.stderr)

@@ -5,15 +5,18 @@
     c.save("run", 100, {"w": w, "b": b})     # returns once staged; reuse w and b at once
     c.wait("run", 100)                       # durable on every host
     out = c.restore("run", None)             # every tensor of the newest step
+    mesh = ckptd.Mesh({"x": 2}, local_device_ids=[0])  # this trainer holds device 0 of 2
     out = c.restore("run", 100, {"w": ckptd.RestoreSpec(layout=["x", "unsharded"])},
-                    mesh=mesh, device_ids=[0])  # this trainer's rows of w
+                    mesh=mesh)                # this trainer's rows of w
+    out = c.restore("run", 100, {"w": ckptd.RestoreSpec(dtype="bfloat16")})
+    out.dtypes["w"]                          # "bfloat16": uint16 bit patterns in out["w"]
 
 Errors raise ckptd.Error, which carries the gRPC status code and message.
 """
 
-from ckptd.client import (Client, Error, RestoreResult, RestoreSpec, SaveResult, TensorSpec, daemon_target,
-                          default_socket_path)
+from ckptd.client import (Client, Error, Mesh, RestoreResult, RestoreSpec, SaveResult, TensorSpec,
+                          daemon_target, default_socket_path)
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Error", "RestoreResult", "RestoreSpec", "SaveResult", "TensorSpec", "daemon_target",
+__all__ = ["Client", "Error", "Mesh", "RestoreResult", "RestoreSpec", "SaveResult", "TensorSpec", "daemon_target",
            "default_socket_path", "__version__"]

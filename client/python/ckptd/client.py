@@ -40,6 +40,17 @@ _TF_DTYPE: Dict[np.dtype[Any], int] = {
 _NP_DTYPE: Dict[int, np.dtype[Any]] = {v: k for k, v in _TF_DTYPE.items()}
 _TF_BFLOAT16 = 14  # no numpy dtype: restored as uint16 bit patterns
 
+# dtype names as ckptctl takes them (TF's, numpy's, PyTorch's): name -> TF number.
+_TF_NAMES: Dict[str, int] = {
+    "float": 1, "double": 2, "int32": 3, "uint8": 4, "int16": 5, "int8": 6, "int64": 9, "bool": 10,
+    "bfloat16": 14, "uint16": 17, "half": 19, "uint32": 22, "uint64": 23,
+}
+_NAME_ALIASES: Dict[str, str] = {
+    "float32": "float", "float64": "double", "float16": "half", "fp32": "float", "fp64": "double",
+    "fp16": "half", "bf16": "bfloat16", "f32": "float", "f64": "double", "f16": "half", "long": "int64",
+    "short": "int16", "bool_": "bool",
+}
+
 
 #: How details start when a call's own timeout passed (not the daemon's answer).
 CLIENT_TIMEOUT = "client-side timeout"
@@ -86,13 +97,64 @@ class TensorSpec:
 @dataclass(frozen=True)
 class RestoreSpec:
     """How to restore one tensor: shape None or the stored global shape (checked);
-    dtype None for the stored one, or a float dtype to convert to; layout None for
-    the whole tensor, or sharding specs over the restore's mesh for this trainer's
-    boxes."""
+    dtype None for the stored one, or the stored one or a float dtype to convert to
+    (float32, bfloat16 and float16 convert among themselves), as a numpy dtype or a
+    name as ckptctl takes it ("bfloat16", "float16", "half", "torch.bfloat16",
+    "DT_FLOAT"); layout None for the whole tensor, or sharding specs over the
+    restore's mesh for this trainer's boxes.
+
+    NumPy has no bfloat16: a tensor restored as bfloat16 comes back as uint16 arrays
+    holding its bit patterns (RestoreResult.dtypes names it "bfloat16"); widen with
+    (a.astype(np.uint32) << 16).view(np.float32)."""
 
     shape: Optional[Sequence[int]] = None
     dtype: Optional[npt.DTypeLike] = None
     layout: Optional[Sequence[str]] = None
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A DTensor mesh, as save(), restore() and barrier() take it (they take its
+    string form too): named dimensions over global device ids 0..N-1 in row-major
+    order, and the devices this trainer holds.
+
+        mesh = ckptd.Mesh({"x": 2, "y": 4}, local_device_ids=[0, 1])
+        c.save("run", 1, {"w": ckptd.TensorSpec(w_rows, ["x", "unsharded"])}, mesh=mesh)
+
+    str(mesh) is DTensor's Mesh.to_string() form, which the proto's `mesh` fields
+    carry: "NAME|x=2,y=4|0,...,7|0,1|/job:localhost/replica:0/task:0/device:CPU:0,...".
+    With a Mesh, device_ids default to its local_device_ids.
+    """
+
+    dims: Mapping[str, int]
+    local_device_ids: Sequence[int] = ()
+    name: str = ""
+    device_type: str = "CPU"
+    job: str = "/job:localhost/replica:0/task:0"
+
+    def __post_init__(self) -> None:
+        if not self.dims or any(int(n) < 1 for n in self.dims.values()):
+            raise ValueError(f"Mesh dims: want {{name: size >= 1}}, got {dict(self.dims)!r}")
+        size = int(np.prod(list(self.dims.values())))
+        bad = [i for i in self.local_device_ids if not 0 <= i < size]
+        if bad:
+            raise ValueError(f"Mesh local_device_ids {bad}: outside 0..{size - 1}")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(list(self.dims.values())))
+
+    def __str__(self) -> str:
+        dims = ",".join(f"{k}={int(v)}" for k, v in self.dims.items())
+        devices = ",".join(f"{self.job}/device:{self.device_type}:{i}" for i in self.local_device_ids)
+        local = ",".join(str(i) for i in self.local_device_ids)
+        return f"{self.name}|{dims}|{','.join(str(i) for i in range(self.size))}|{local}|{devices}"
+
+
+def _mesh_and_devices(mesh: Union[str, Mesh], device_ids: Sequence[int]) -> Tuple[str, List[int]]:
+    if isinstance(mesh, Mesh):
+        return str(mesh), list(device_ids) if len(device_ids) else list(mesh.local_device_ids)
+    return mesh, list(device_ids)
 
 
 #: What save() takes per tensor: a whole array, a TensorSpec, or the older tuple
@@ -116,14 +178,17 @@ class SaveResult:
 
 class RestoreResult(Dict[str, Restored]):
     """{name: ndarray} (a list of arrays for a tensor restored to several devices),
-    plus the step restored, this trainer's state and the daemon's note."""
+    plus the step restored, this trainer's state, the daemon's note, and `dtypes`:
+    {name: dtype as restored}, "bfloat16" for the uint16 bit patterns of one."""
 
     def __init__(self, arrays: Mapping[str, Restored], step: int, trainer_state: Dict[str, bytes],
-                 note: str) -> None:
+                 note: str, dtypes: Optional[Dict[str, str]] = None) -> None:
         super().__init__(arrays)
         self.step = int(step)
         self.trainer_state = trainer_state
         self.note = note
+        self.dtypes = dtypes if dtypes is not None else {
+            name: str((a[0] if isinstance(a, list) else a).dtype) for name, a in arrays.items()}
 
 
 class _Segment:
@@ -150,7 +215,20 @@ class _Segment:
         os.close(self.fd)
 
 
-def _dtype_number(dtype: npt.DTypeLike) -> int:
+def _dtype_number(dtype: Any) -> int:
+    """TF's DataType number of a numpy dtype, or of a name as ckptctl takes it
+    ("bfloat16", "float16", "half", "torch.bfloat16", "DT_FLOAT", ...)."""
+    if isinstance(dtype, str) or (hasattr(dtype, "__module__") and type(dtype).__module__ == "torch"):
+        name = str(dtype).lower()
+        for prefix in ("torch.", "numpy.", "np.", "tf.", "dt_"):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
+        name = _NAME_ALIASES.get(name, name)
+        if name in _TF_NAMES:
+            return _TF_NAMES[name]
+        raise TypeError(f"unknown dtype {dtype!r}: want e.g. float32, bfloat16, float16, int64, or TF's "
+                        f"float, half")
     dtype = np.dtype(dtype)
     if dtype not in _TF_DTYPE:
         raise TypeError(f"ckptd cannot store numpy dtype {dtype}")
@@ -275,7 +353,7 @@ class Client:
     # --- save -----------------------------------------------------------------
 
     def save(self, run: str, step: int, tensors: Mapping[str, SaveValue], trainer_id: int = 0,
-             trainer_count: int = 1, mesh: str = "", device_ids: Sequence[int] = (),
+             trainer_count: int = 1, mesh: Union[str, Mesh] = "", device_ids: Sequence[int] = (),
              trainer_state: Optional[Mapping[str, bytes]] = None, store_float32_as_bfloat16: bool = False,
              timeout: float = 600.0) -> SaveResult:
         """Stages this trainer's tensors for (run, step) and returns a SaveResult once
@@ -283,9 +361,11 @@ class Client:
 
         tensors: {name: array} for a whole tensor, or {name: TensorSpec(array, layout)}
         for this trainer's box(es) of a tensor sharded over `mesh` (the tuple
-        (array, layout[, global_shape]) is accepted too). trainer_state: opaque bytes
-        this trainer gets back from restore(trainer_state=True).
+        (array, layout[, global_shape]) is accepted too); mesh: a Mesh or its string.
+        trainer_state: opaque bytes this trainer gets back from
+        restore(trainer_state=True).
         """
+        mesh, device_ids = _mesh_and_devices(mesh, device_ids)
         header = ckptd_pb2.SaveHeader(run=run, step=step, trainer_id=trainer_id,
                                       trainer_count=trainer_count, mesh=mesh,
                                       device_ids=list(device_ids),
@@ -404,7 +484,7 @@ class Client:
         return str(reply.path)
 
     def restore(self, run: str, step: Optional[int], tensors: Optional[Mapping[str, RestoreValue]] = None,
-                mesh: str = "", device_ids: Sequence[int] = (), trainer_id: int = 0,
+                mesh: Union[str, Mesh] = "", device_ids: Sequence[int] = (), trainer_id: int = 0,
                 trainer_state: bool = False, fallback: bool = False, timeout: float = 600.0) -> RestoreResult:
         """Reads tensors of (run, step), or of the newest committed step when step is
         None, and returns a RestoreResult {name: ndarray}.
@@ -414,8 +494,15 @@ class Client:
         layout restores this trainer's boxes over `mesh`: one array per device of
         device_ids, a single array when there is one device. tensors=None restores
         every tensor of the step whole, as stored (bfloat16 as uint16 bit patterns;
-        string tensors, which numpy cannot hold, are left out).
+        string tensors, which numpy cannot hold, are left out). mesh: a Mesh or its
+        string; it may differ from the mesh the checkpoint was saved with.
+
+        fallback (with step None): if the newest step fails its checksums, restore
+        the newest older step that reads cleanly instead; RestoreResult.step and
+        .note say which was restored and what was skipped. Without it, a checksum
+        failure raises Error DATA_LOSS.
         """
+        mesh, device_ids = _mesh_and_devices(mesh, device_ids)
         if tensors is None:
             step = self._resolve_step(run, step, fallback, timeout)
             tensors = {name: None for name in self._numeric_tensors(run, step, timeout)}
@@ -488,7 +575,7 @@ class Client:
                 arrays[d.name] = _views(d, layouts[i], seg.map, header.shared_memory_offsets[i])
         finally:
             os.close(seg.fd)  # the mapping (and the arrays on it) outlive the fd
-        return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note)
+        return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note, _dtype_names(header))
 
     def _restore_stream(self, request: Any, layouts: List[bool], timeout: float) -> RestoreResult:
         # Each chunk is copied into place as it arrives and then dropped: the bytes
@@ -506,11 +593,12 @@ class Client:
             c = r.chunk
             buffers[c.tensor_index][c.offset:c.offset + len(c.data)] = c.data
         arrays = {d.name: _views(d, layouts[i], buffers[i], 0) for i, d in enumerate(header.tensors)}
-        return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note)
+        return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note, _dtype_names(header))
 
-    def barrier(self, run: str, trainer_id: int, trainer_count: int, mesh: str = "",
+    def barrier(self, run: str, trainer_id: int, trainer_count: int, mesh: Union[str, Mesh] = "",
                 device_ids: Sequence[int] = (), timeout: float = 600.0) -> None:
         """Returns once every trainer of the job has called barrier as often."""
+        mesh, device_ids = _mesh_and_devices(mesh, device_ids)
         barrier_id = self._barriers.get(run, 0)
         self._barriers[run] = barrier_id + 1
         try:
@@ -575,6 +663,12 @@ def _shm_unusable(e: Error) -> bool:
     return "shared_memory:" in e.details and e.code in (
         grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.NOT_FOUND)
+
+
+def _dtype_names(header: Any) -> Dict[str, str]:
+    """{name: dtype as restored} of a RestoreHeader: numpy's names, "bfloat16" for
+    the uint16 bit patterns of one."""
+    return {d.name: "bfloat16" if d.dtype == _TF_BFLOAT16 else str(_NP_DTYPE[d.dtype]) for d in header.tensors}
 
 
 def _mesh_dims(mesh: str) -> Dict[str, int]:

@@ -242,3 +242,36 @@ def test_the_standard_grpc_health_service_answers(job):
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         channel.close()
+
+
+def test_dtype_names_as_the_cli_takes_them_and_a_mesh_builder(job):
+    w = np.linspace(-2, 2, 24, dtype=np.float32).reshape(6, 4)
+    mesh = ckptd.Mesh({"x": 2}, local_device_ids=[0])
+    assert str(mesh) == "|x=2|0,1|0|/job:localhost/replica:0/task:0/device:CPU:0"
+    clients = [job.client(t) for t in range(2)]
+    try:
+        for t, c in enumerate(clients):
+            c.save("typed", 1, {"w": ckptd.TensorSpec(w[3 * t:3 * t + 3], ["x", "unsharded"]),
+                                "step": np.array(1, np.int64)},
+                   trainer_id=t, trainer_count=2, mesh=ckptd.Mesh({"x": 2}, local_device_ids=[t]))
+        clients[0].wait("typed", 1)
+        out = clients[0].restore("typed", 1, {"w": ckptd.RestoreSpec(dtype="bfloat16")})
+        assert out.dtypes == {"w": "bfloat16"} and out["w"].dtype == np.uint16
+        widened = (out["w"].astype(np.uint32) << 16).view(np.float32)
+        assert np.allclose(widened, w, atol=0.02)
+        for name, want in [("float16", np.float16), ("half", np.float16), ("torch.float16", np.float16),
+                           ("DT_FLOAT", np.float32), (np.float16, np.float16)]:
+            out = clients[1].restore("typed", 1, {"w": ckptd.RestoreSpec(dtype=name)})
+            assert out["w"].dtype == want and out.dtypes["w"] == np.dtype(want).name, name
+        # This trainer's rows over a Mesh, device_ids from it.
+        rows = clients[1].restore("typed", 1, {"w": ckptd.RestoreSpec(layout=["x", "unsharded"])},
+                                  mesh=ckptd.Mesh({"x": 2}, local_device_ids=[1]))
+        assert np.array_equal(rows["w"], w[3:])
+        with pytest.raises(TypeError, match="unknown dtype 'float33'"):
+            clients[0].restore("typed", 1, {"w": ckptd.RestoreSpec(dtype="float33")})
+        with pytest.raises(ValueError, match="outside 0..1"):
+            ckptd.Mesh({"x": 2}, local_device_ids=[2])
+    finally:
+        for c in clients:
+            c.close()
+    assert "fallback" in ckptd.Client.restore.__doc__

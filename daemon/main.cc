@@ -221,6 +221,9 @@ class Daemon {
     // Before trainers connect on the local socket; with replicas the peers must already
     // serve, since a host repairs what it lost from them.
     RETURN_IF_ERROR(coordinator_.ReconcileLocalSteps());
+    // Status names each run's last commit after a restart too.
+    ASSIGN_OR_RETURN(auto committed, tiers_.commit_store()->LatestSteps());
+    registry_.NoteCommittedBeforeStart(committed);
     RETURN_IF_ERROR(StartMetrics());
     OpenToTrainers();
     return absl::OkStatus();

@@ -51,6 +51,7 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
   for (const auto& k : s.memory_steps())
     kept.push_back({{"run", k.run()}, {"step", k.step()}, {"bytes", k.bytes()}});
   return {{"rank", s.rank()},
+          {"metrics_address", s.metrics_address()},
           {"memory_steps_limit", s.memory_steps_limit()},
           {"memory_steps", kept},
           {"pid", s.pid()},

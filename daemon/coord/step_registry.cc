@@ -319,6 +319,11 @@ std::optional<absl::Status> StepRegistry::Outcome(const StepKey& key) {
   return it->second;
 }
 
+void StepRegistry::NoteCommittedBeforeStart(const std::map<std::string, int64_t>& latest) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [run, step] : latest) last_committed_.emplace(run, step);
+}
+
 bool StepRegistry::KnowsRun(const std::string& run) {
   absl::MutexLock lock(&mu_);
   const auto of_run = [&run](const auto& keyed) {

@@ -97,6 +97,10 @@ class StepRegistry {
   void FailEverything(const absl::Status& status);
   void DropCancelledWaiters();
 
+  // The newest committed step of each run found on disk at start, so that Status
+  // names a run's last commit after a restart; a run committed since keeps its own.
+  void NoteCommittedBeforeStart(const std::map<std::string, int64_t>& latest);
+
   // Status reporting.
   std::vector<StepKey> PendingSteps();
   std::map<std::string, int64_t> LastCommitted();

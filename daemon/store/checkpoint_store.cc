@@ -106,6 +106,16 @@ absl::StatusOr<std::vector<std::string>> CheckpointStore::ListRuns() const {
   return runs;
 }
 
+absl::StatusOr<std::map<std::string, int64_t>> CheckpointStore::LatestSteps() const {
+  ASSIGN_OR_RETURN(std::vector<std::string> runs, ListRuns());
+  std::map<std::string, int64_t> latest;
+  for (const std::string& run : runs) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
+    if (!steps.empty()) latest[run] = steps.back();
+  }
+  return latest;
+}
+
 absl::StatusOr<int64_t> CheckpointStore::LatestStep(const std::string& run) const {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(run));
   if (steps.empty()) return absl::NotFoundError(absl::StrCat("run '", run, "' has no committed checkpoint"));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +40,8 @@ class CheckpointStore {
   absl::StatusOr<std::vector<std::string>> ListRuns() const;
   // NOT_FOUND when the run has no committed step.
   absl::StatusOr<int64_t> LatestStep(const std::string& run) const;
+  // The newest committed step of every run that has one.
+  absl::StatusOr<std::map<std::string, int64_t>> LatestSteps() const;
   // Whether the step is committed. An error reading the file system is an error,
   // never "no": a transient stat failure must not make a committed step look torn
   // (cleanup would delete it) or missing (the state file would forget it).

@@ -979,3 +979,24 @@ def test_errors_that_diagnose_permission_missing_steps_roots_and_flags(job):
     for argv in (["ls", run_dir], ["verify", run_dir], ["inspect", run_dir], ["latest", run_dir]):
         r = subprocess.run(nobody + argv, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and f"{run_dir}: permission denied" in r.stderr, (argv, r.stderr)
+
+
+def test_status_after_a_restart_names_each_runs_last_commit_and_the_metrics_address(tmp_path):
+    from conftest import Job
+    job = Job(tmp_path, ranks=1)
+    try:
+        with job.client(0) as c:
+            c.save("kept", 4, {"w": np.ones(8, np.float32)})
+            c.wait("kept", 4)
+    finally:
+        assert job.stop() == 0
+    job = Job(tmp_path, ranks=1, extra=("--metrics-address", "127.0.0.1:0"))
+    try:
+        r = ckptctl("status", "--json", "--address", job.address(0))
+        assert r.returncode == 0, r.stderr
+        rank = json.loads(r.stdout)["ranks"][0]
+        assert rank["runs"] == [{"run": "kept", "last_committed_step": 4}], rank["runs"]
+        assert rank["metrics_address"].startswith("127.0.0.1:"), rank
+        assert "kept step 4" in ckptctl("status", "--address", job.address(0)).stdout
+    finally:
+        assert job.stop() == 0

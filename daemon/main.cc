@@ -221,9 +221,11 @@ class Daemon {
     // Before trainers connect on the local socket; with replicas the peers must already
     // serve, since a host repairs what it lost from them.
     RETURN_IF_ERROR(coordinator_.ReconcileLocalSteps());
-    // Status names each run's last commit after a restart too.
-    ASSIGN_OR_RETURN(auto committed, tiers_.commit_store()->LatestSteps());
-    registry_.NoteCommittedBeforeStart(committed);
+    // Status names each run's last commit after a restart too; a root it cannot list
+    // costs only that, never the start.
+    if (auto committed = tiers_.commit_store()->LatestSteps(); committed.ok()) {
+      registry_.NoteCommittedBeforeStart(*committed);
+    }
     RETURN_IF_ERROR(StartMetrics());
     OpenToTrainers();
     return absl::OkStatus();

@@ -96,7 +96,6 @@ class OutputFiles {
   OutputFiles(const OutputFiles&) = delete;
   OutputFiles& operator=(const OutputFiles&) = delete;
 
-  const std::string& dir() const { return dir_; }
   // Creates files with the output's mode.
   ckptd::FileSystem* fs() const { return fs_.get(); }
   // `path` and its missing parents; those created are remembered.

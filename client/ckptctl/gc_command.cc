@@ -12,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/ckptctl/commands.h"
 #include "client/ckptctl/offline_common.h"
 #include "client/tensor_export.h"
@@ -49,13 +48,8 @@ int Gc(const std::string& dir, int keep_last, int keep_every, bool dry_run, bool
   auto run_dir = OpenRunDir(dir);
   if (!run_dir.ok()) return Error(run_dir.status());
   // A root is not a run: retention across every run is not what one run's gc means.
-  if (CommittedSteps(ckptd::PosixFileSystem(), TrimSlashes(dir)).empty()) {
-    if (const std::vector<std::string> runs = RunsWithSteps(ckptd::PosixFileSystem(), TrimSlashes(dir));
-        !runs.empty()) {
-      return Error(absl::InvalidArgumentError(absl::StrCat(
-          dir, " is a checkpoint root with run(s) ", absl::StrJoin(runs, ", "),
-          "; gc takes one run directory (e.g. ", ckptd::JoinPath(TrimSlashes(dir), runs[0]), ")")));
-    }
+  if (absl::Status s = RefuseRoot(ckptd::PosixFileSystem(), dir, "gc takes one run directory"); !s.ok()) {
+    return Error(s);
   }
   const std::string& run = run_dir->run;
   // The state file gc rewrites is as private as the daemon's.

@@ -59,12 +59,19 @@ absl::Status CheckReachable(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status RefuseRoot(ckptd::FileSystem* fs, const std::string& dir, absl::string_view want) {
+  const std::vector<std::string> runs = RunsWithSteps(fs, dir);
+  if (runs.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(dir, " is a checkpoint root with run(s) ",
+                                                 absl::StrJoin(runs, ", "), ": ", want, " (e.g. ",
+                                                 ckptd::JoinPath(TrimSlashes(dir), runs[0]), ")"));
+}
+
 absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::string& arg) {
   if (fs->Exists(ckptd::IndexPath(arg))) return arg;
-  if (fs == ckptd::PosixFileSystem()) {
-    RETURN_IF_ERROR(CheckReachable(arg));
-    RETURN_IF_ERROR(CheckReachable(ckptd::IndexPath(arg)));
-  }
+  // Through a daemon there is no local permission to report; here, EACCES on the way
+  // to `arg` (or its index, in the same directory) must not read as "no checkpoint".
+  if (fs == ckptd::PosixFileSystem()) RETURN_IF_ERROR(CheckReachable(arg));
   if (fs->IsDirectory(arg)) {
     const std::string in_dir = ckptd::CheckpointStore::Prefix(arg);
     if (fs->Exists(ckptd::IndexPath(in_dir))) return in_dir;
@@ -91,11 +98,7 @@ absl::StatusOr<std::string> ResolvePrefix(ckptd::FileSystem* fs, const std::stri
     }
     if (prefixes.size() == 1) return ckptd::JoinPath(arg, prefixes[0]);
     // A root of runs: which checkpoint is meant is the user's choice, not ours.
-    if (const std::vector<std::string> runs = RunsWithSteps(fs, arg); !runs.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          arg, " is a checkpoint root with run(s) ", absl::StrJoin(runs, ", "), ": name a run (e.g. ",
-          ckptd::JoinPath(TrimSlashes(arg), runs[0]), ") or one of its steps"));
-    }
+    RETURN_IF_ERROR(RefuseRoot(fs, arg, "name a run or one of its steps"));
   }
   return absl::NotFoundError(absl::StrCat(arg,
                                           ": no checkpoint here (want PREFIX with PREFIX.index, a step "

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "client/ckptctl/commands.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
@@ -76,6 +77,9 @@ absl::StatusOr<RunDir> OpenRunDir(const std::string& dir);
 // PERMISSION_DENIED naming `path` when this user may not reach or read it (stat or
 // access fail with EACCES); OK otherwise, whether or not it exists.
 absl::Status CheckReachable(const std::string& path);
+// INVALID_ARGUMENT when `dir` is a root of runs, not what the command takes:
+// "DIR is a checkpoint root with run(s) a, b: <want> (e.g. DIR/a)"; OK otherwise.
+absl::Status RefuseRoot(ckptd::FileSystem* fs, const std::string& dir, absl::string_view want);
 // The bundle prefix of committed `step` of a run directory; NOT_FOUND listing the
 // steps it has when that one is not among them.
 absl::StatusOr<std::string> StepOfRunDir(const std::string& run_dir, int64_t step);

@@ -11,10 +11,12 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ckptd/v1/wire.h"
@@ -46,6 +48,22 @@ int Fail(const absl::Status& status) {
   return 2;
 }
 
+// A log file in a directory that does not exist is a typo an operator wants to hear
+// about from --check-config, not from every rank at start. A directory that differs per
+// rank ("{rank}" in it) is checked when each rank opens its file.
+absl::Status CheckLogFileDirectory(ckptd::FileSystem* fs, const std::string& log_file) {
+  if (log_file.empty()) return absl::OkStatus();
+  const size_t slash = log_file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_file.substr(0, slash);
+  if (slash + 1 == log_file.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_file (--log-file) '", log_file, "' names a directory; it must be a file path"));
+  }
+  if (absl::StrContains(dir, "{rank}") || fs->IsDirectory(dir)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("log_file (--log-file) '", log_file, "': directory '", dir, "' does not exist"));
+}
+
 // The config file (if any) with the command line's overrides, validated as a whole.
 absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const std::string& config_path,
                                                const ckptd::ConfigFlags& flags) {
@@ -56,6 +74,7 @@ absl::StatusOr<ckptd::DaemonConfig> LoadConfig(ckptd::FileSystem* fs, const std:
   }
   RETURN_IF_ERROR(flags.Apply(config));
   RETURN_IF_ERROR(ckptd::ValidateConfig(config));
+  RETURN_IF_ERROR(CheckLogFileDirectory(fs, config.log_file));
   return config;
 }
 
@@ -409,19 +428,27 @@ std::optional<int> AnswerConfigQuestions(const CommandLine& flags) {
   return 0;
 }
 
-// Signals go to one thread that only sets `stop`; they are blocked everywhere else,
-// so call this before any other thread (MPI's, gRPC's) exists.
-void StopOnSignals(std::atomic<bool>* stop) {
+// Signals go to one thread; they are blocked everywhere else, so call this before any
+// other thread (MPI's, gRPC's) exists. SIGTERM and SIGINT set `stop`; SIGHUP reopens the
+// log file (logrotate) and SIGUSR1 toggles debug logging, where either would otherwise
+// kill the rank and, with it, the job. The thread lives as long as the process.
+void HandleSignals(std::atomic<bool>* stop) {
   static sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&signals, sig);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::thread([stop] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    spdlog::info("signal {}: stopping", sig);
-    *stop = true;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0) continue;
+      if (sig == SIGHUP) {
+        ckptd::ReopenLogFile();
+      } else if (sig == SIGUSR1) {
+        ckptd::ToggleDebugLogging();
+      } else if (!stop->exchange(true)) {
+        spdlog::info("signal {} ({}): stopping", sig, strsignal(sig));
+      }
+    }
   }).detach();
 }
 
@@ -439,11 +466,13 @@ int main(int argc, char** argv) {
   if (!loaded.ok()) return Fail(loaded.status());
   ckptd::DaemonConfig config = *std::move(loaded);
   std::atomic<bool> stop{false};
-  StopOnSignals(&stop);
+  HandleSignals(&stop);
   absl::StatusOr<std::unique_ptr<ckptd::Collective>> collective = ckptd::CreateMpiCollective(&argc, &argv);
   if (!collective.ok()) return Fail(collective.status());
   const int rank = (*collective)->rank();
-  if (absl::Status s = ckptd::SetUpLogging(rank, config.log_level, config.log_format); !s.ok())
+  if (absl::Status s = ckptd::SetUpLogging(
+          {.rank = rank, .level = config.log_level, .format = config.log_format, .file = config.log_file});
+      !s.ok())
     return Fail(s);
   auto fatal = [&](const absl::Status& s) {
     spdlog::critical("start-up: {}", std::string(s.message()));

@@ -77,7 +77,7 @@ void PrintSteps(const std::vector<StepRow>& rows, bool as_json) {
   // The newest committed step is what `latest` restores (the state file names it).
   const int64_t latest = rows.empty() ? -1 : rows.back().step;
   json out = json::array();
-  if (!as_json) std::printf("%12s  %10s  %-19s  %9s  %s\n", "STEP", "SIZE", "CREATED", "COMMIT", "PATH");
+  if (!as_json) std::printf("%12s  %10s  %-19s  %10s  %s\n", "STEP", "SIZE", "CREATED", "COMMIT", "PATH");
   for (const StepRow& r : rows) {
     if (as_json) {
       json j = {{"step", r.step}, {"path", r.path}, {"bytes", r.bytes}, {"latest", r.step == latest}};
@@ -85,10 +85,11 @@ void PrintSteps(const std::vector<StepRow>& rows, bool as_json) {
       if (r.commit_seconds > 0) j["commit_seconds"] = r.commit_seconds;
       out.push_back(j);
     } else {
-      std::printf("%12lld  %10s  %-19s  %8.2fs  %s%s\n", static_cast<long long>(r.step),
+      std::printf("%12lld  %10s  %-19s  %10s  %s%s\n", static_cast<long long>(r.step),
                   HumanBytes(static_cast<double>(r.bytes)).c_str(),
-                  r.created_unix > 0 ? LocalTime(r.created_unix).c_str() : "-", r.commit_seconds,
-                  r.path.c_str(), r.step == latest ? "  (latest)" : "");
+                  r.created_unix > 0 ? LocalTime(r.created_unix).c_str() : "-",
+                  r.commit_seconds > 0 ? ckptd::FormatSeconds(r.commit_seconds).c_str() : "-", r.path.c_str(),
+                  r.step == latest ? "  (latest)" : "");
     }
   }
   if (as_json) PrintJson(out);

@@ -19,6 +19,7 @@
 #include "client/tensor_values.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
+#include "daemon/base/units.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
@@ -243,7 +244,8 @@ void PrintMeta(const ckptd::CheckpointMeta& meta) {
               meta.run.c_str(), static_cast<long long>(meta.step), meta.version.c_str(),
               LocalTime(static_cast<double>(meta.created_unix)).c_str(), meta.trainer_count, meta.num_hosts,
               meta.storage.c_str());
-  std::printf("commit %.3f s, slowest host write %.3f s\n", meta.commit_seconds, meta.max_write_seconds);
+  std::printf("commit %s, slowest host write %s\n", ckptd::FormatSeconds(meta.commit_seconds).c_str(),
+              ckptd::FormatSeconds(meta.max_write_seconds).c_str());
   for (const ckptd::CheckpointMeta::Host& h : meta.hosts) {
     std::printf(
         "  rank %d%s: %s, %s, written in %.3f s%s\n", h.rank,

@@ -14,6 +14,7 @@
 #include "client/tensor_export.h"
 #include "daemon/base/dtype.h"
 #include "daemon/base/status.h"
+#include "daemon/base/units.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/io/file_system.h"
 #include "daemon/layout/cast.h"
@@ -35,6 +36,23 @@ json GatheringJson(const ckptd::v1::StatusResponse& s) {
   return out;
 }
 
+double UptimeSeconds(const ckptd::v1::StatusResponse& s) {
+  if (s.started_unix_seconds() <= 0) return 0;  // a daemon older than the field
+  return std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - s.started_unix_seconds());
+}
+
+// "12s", "4m 3s", "2h 5m", "3d 4h": the two largest units are enough to read.
+std::string UptimeText(const ckptd::v1::StatusResponse& s) {
+  if (s.started_unix_seconds() <= 0) return "-";
+  const int64_t total = static_cast<int64_t>(UptimeSeconds(s));
+  const int64_t days = total / 86400, hours = total / 3600 % 24, minutes = total / 60 % 60,
+                seconds = total % 60;
+  if (days > 0) return absl::StrCat(days, "d ", hours, "h");
+  if (hours > 0) return absl::StrCat(hours, "h ", minutes, "m");
+  if (minutes > 0) return absl::StrCat(minutes, "m ", seconds, "s");
+  return absl::StrCat(seconds, "s");
+}
+
 json RankJson(const ckptd::v1::StatusResponse& s) {
   json pending = json::array();
   for (const auto& p : s.pending_steps()) pending.push_back({{"run", p.run()}, {"step", p.step()}});
@@ -52,6 +70,9 @@ json RankJson(const ckptd::v1::StatusResponse& s) {
     kept.push_back({{"run", k.run()}, {"step", k.step()}, {"bytes", k.bytes()}});
   return {{"rank", s.rank()},
           {"metrics_address", s.metrics_address()},
+          {"started_unix_seconds", s.started_unix_seconds()},
+          {"uptime_seconds", UptimeSeconds(s)},
+          {"root_free_bytes", s.root_free_bytes()},
           {"memory_steps_limit", s.memory_steps_limit()},
           {"memory_steps", kept},
           {"pid", s.pid()},
@@ -168,23 +189,24 @@ int Status(const DaemonFlags& flags, bool as_json) {
   }
   std::printf("ckptd %s: %d rank(s), root %s\n", status->version().c_str(), status->num_ranks(),
               status->root().c_str());
-  std::printf("%4s %8s %10s %10s %10s %8s  %s\n", "RANK", "PID", "STAGED", "IN FLIGHT", "WRITTEN", "PENDING",
-              "LAST COMMIT");
+  std::printf("%4s %8s %7s %10s %10s %10s %10s %8s  %s\n", "RANK", "PID", "UP", "STAGED", "IN FLIGHT",
+              "WRITTEN", "ROOT FREE", "PENDING", "LAST COMMIT");
   for (const auto& r : ranks) {
     std::vector<std::string> commits;
     for (const auto& run : r.runs()) {
       std::string c = absl::StrCat(run.run(), " step ", run.last_committed_step());
       if (run.last_commit_unix_seconds() > 0) {
-        absl::StrAppend(&c, " at ", LocalTime(run.last_commit_unix_seconds()),
-                        absl::StrFormat(" in %.2fs", run.last_commit_seconds()));
+        absl::StrAppend(&c, " at ", LocalTime(run.last_commit_unix_seconds()), " in ",
+                        ckptd::FormatSeconds(run.last_commit_seconds()));
       }
       commits.push_back(c);
     }
     std::vector<std::string> pending;
     for (const auto& p : r.pending_steps()) pending.push_back(absl::StrCat(p.run(), ":", p.step()));
-    std::printf("%4d %8lld %10s %10s %10s %8s  %s\n", r.rank(), static_cast<long long>(r.pid()),
-                HumanBytes(r.bytes_staged()).c_str(), HumanBytes(r.bytes_in_flight()).c_str(),
-                HumanBytes(r.bytes_written()).c_str(),
+    std::printf("%4d %8lld %7s %10s %10s %10s %10s %8s  %s\n", r.rank(), static_cast<long long>(r.pid()),
+                UptimeText(r).c_str(), HumanBytes(r.bytes_staged()).c_str(),
+                HumanBytes(r.bytes_in_flight()).c_str(), HumanBytes(r.bytes_written()).c_str(),
+                r.root_free_bytes() >= 0 ? HumanBytes(r.root_free_bytes()).c_str() : "-",
                 pending.empty() ? "-" : absl::StrJoin(pending, ",").c_str(),
                 commits.empty() ? "-" : absl::StrJoin(commits, "; ").c_str());
   }

@@ -65,7 +65,10 @@ Metrics::Metrics()
           {"ckptd_commits_total", {"counter", "Steps committed, by run.", {}}},
           {"ckptd_step_failures_total", {"counter", "Steps that failed, by run and gRPC status code.", {}}},
           {"ckptd_commit_seconds",
-           {"histogram", "Time from a step's commit start to published, by run.", kSecondsBuckets}},
+           {"histogram",
+            "A committed step's commit time, by run: from the start of its commit round (every trainer "
+            "staged) until every shard was durable and the index merged, as rank 0 measured it.",
+            kSecondsBuckets}},
           {"ckptd_commit_phase_seconds",
            {"histogram", "Time of each commit phase (this rank's part and the vote), by phase.",
             kSecondsBuckets}},
@@ -120,9 +123,13 @@ std::string Metrics::Render(const std::vector<Gauge>& gauges) const {
       absl::StrAppend(&out, name, "_count", WithLabels(labels), " ", s.count, "\n");
     }
   }
+  const std::string* previous = nullptr;
   for (const Gauge& g : gauges) {
-    absl::StrAppend(&out, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n", g.name, " ",
-                    Number(g.value), "\n");
+    if (previous == nullptr || *previous != g.name) {
+      absl::StrAppend(&out, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n");
+    }
+    previous = &g.name;
+    absl::StrAppend(&out, g.name, WithLabels(RenderLabels(g.labels)), " ", Number(g.value), "\n");
   }
   return out;
 }

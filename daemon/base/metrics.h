@@ -32,8 +32,10 @@ class Metrics {
     std::string name;
     std::string help;
     double value = 0;
+    Labels labels{};
   };
-  // Every family in the text format, then `gauges`.
+  // Every family in the text format, then `gauges` (a name's HELP and TYPE once, before
+  // the first of its consecutive gauges).
   std::string Render(const std::vector<Gauge>& gauges = {}) const;
 
  private:

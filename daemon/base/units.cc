@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 
 namespace ckptd {
@@ -71,5 +72,7 @@ std::string FormatByteSize(int64_t bytes) {
   }
   return absl::StrCat(bytes);
 }
+
+std::string FormatSeconds(double seconds) { return absl::StrFormat("%.3f s", seconds); }
 
 }  // namespace ckptd

@@ -25,6 +25,10 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // The shortest exact form ParseByteSize reads back: "16GiB", "512MiB", "1500000".
 std::string FormatByteSize(int64_t bytes);
 
+// The one way a duration measured in seconds is shown to people (the daemon's log,
+// ckptctl's tables): "0.038 s", "12.500 s". Machine-readable outputs carry the double.
+std::string FormatSeconds(double seconds);
+
 }  // namespace ckptd
 
 #endif  // CKPTD_DAEMON_BASE_UNITS_H_

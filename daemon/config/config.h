@@ -57,6 +57,9 @@ struct DaemonConfig {
   // "text" (one human line each) or "json" (one JSON object per line: time, rank,
   // level, msg), for log shippers.
   std::string log_format = "text";
+  // Empty: stderr. Else the file lines are appended to ("{rank}" becomes the rank);
+  // SIGHUP reopens it.
+  std::string log_file{};
   // Retention, applied right after each publish (by rank 0 on a shared root, by every
   // daemon on local roots): keep the newest keep_last
   // steps (0 = keep all) plus every step divisible by keep_every_n_steps (0 = none).

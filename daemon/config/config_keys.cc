@@ -336,8 +336,13 @@ void AddOperationKeys(std::vector<ConfigKey>& keys) {
                 &C::metrics_address, HostPortOrEmpty, "HOST:PORT or empty"));
   keys.push_back(
       StringKey("log_format", "--log-format",
-                "`json`: one object per line, `{\"time\", \"rank\", \"level\", \"msg\"}`, for log shippers",
+                "`json`: one object per line, `{\"time\", \"rank\", \"host\", \"level\", \"msg\"}` and, "
+                "on a line about a step, `run`, `step`, `trainer`, `bytes`, `seconds`; for log shippers",
                 &C::log_format, OneOf({"text", "json"}, "text or json"), "text or json"));
+  keys.push_back(StringKey("log_file", "--log-file",
+                           "append log lines to this file instead of stderr (`{rank}` in it becomes the "
+                           "rank; errors still reach stderr too); SIGHUP reopens it, for logrotate",
+                           &C::log_file, nullptr, "path or empty"));
   keys.push_back(
       SizeKey("max_index_bytes", "", "largest `ckpt.index` the reader accepts", &C::max_index_bytes, 1));
   keys.push_back(IntKey("retention.keep_last", "--keep-last", "keep the newest N committed steps (0 = all)",

@@ -20,7 +20,9 @@
 #include "absl/strings/str_join.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
+#include "daemon/base/logging.h"
 #include "daemon/base/status.h"
+#include "daemon/base/units.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
 #include "daemon/bundle/crc32c.h"
@@ -53,8 +55,8 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::StatusOr<SavePlan> plan;
   RETURN_IF_ERROR(PlanPhase(attempt, &plan));
   if (!plan.ok()) {
-    spdlog::warn("run '{}' step {}: not committed: {}", key.run, key.step,
-                 std::string(plan.status().message()));
+    LogEvent(spdlog::level::err, {.run = key.run, .step = key.step}, "run '{}' step {}: not committed: {}",
+             key.run, key.step, std::string(plan.status().message()));
     NotifyConcluded({.key = key, .status = plan.status()});
     failed_here_.erase(key);
     registry_->FinishStep(key, plan.status(), 0, absl::ZeroDuration(), Everyone(trainer_count));
@@ -237,11 +239,19 @@ absl::Status Coordinator::MergePhase(Attempt& attempt, absl::Status* mine) {
       *mine = built.status();
     }
   }
+  // Every rank needs rank 0's commit time; on local roots it also needs the files. On
+  // a shared root the rest of the message (the index may be megabytes) stays on rank 0.
+  internal::StepFiles sent;
   if (options_.storage == Storage::kLocal) {
-    ASSIGN_OR_RETURN(std::string bytes,
-                     collective_->Broadcast(files.SerializeAsString(), 0, attempt.deadline));
-    if (!files.ParseFromString(bytes)) return absl::InternalError("rank 0 sent an unparsable index");
+    sent = files;
+  } else {
+    sent.set_failure(files.failure());
+    sent.set_commit_seconds(files.commit_seconds());
   }
+  ASSIGN_OR_RETURN(std::string bytes, collective_->Broadcast(sent.SerializeAsString(), 0, attempt.deadline));
+  if (!sent.ParseFromString(bytes)) return absl::InternalError("rank 0 sent an unparsable index");
+  attempt.commit_seconds = sent.commit_seconds();
+  if (options_.storage == Storage::kLocal) files = std::move(sent);
   // Without rank 0's files there is nothing to write; its own vote says why.
   if (Publishes() && files.failure().empty()) *mine = WriteStepFiles(attempt.key, files);
   return absl::OkStatus();
@@ -264,14 +274,20 @@ void Coordinator::Conclude(Attempt& attempt) {
   const StepKey& key = attempt.key;
   const absl::Status& agreed = attempt.agreed;
   failed_here_.erase(key);
+  // A committed step took what rank 0 measured (see StepFiles.commit_seconds); a failed
+  // one as long as it ran here.
+  const absl::Duration took =
+      agreed.ok() ? absl::Seconds(attempt.commit_seconds) : absl::Now() - attempt.started;
   if (agreed.ok()) {
-    spdlog::info("run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
-                 absl::FormatDuration(absl::Now() - attempt.started), attempt.bytes);
+    LogEvent(spdlog::level::info,
+             {.run = key.run, .step = key.step, .bytes = attempt.bytes, .seconds = attempt.commit_seconds},
+             "run '{}' step {} committed in {} ({} bytes written here)", key.run, key.step,
+             FormatSeconds(attempt.commit_seconds), attempt.bytes);
   }
   NotifyConcluded({.key = key,
                    .status = agreed,
                    .bytes_written = agreed.ok() ? attempt.bytes : 0,
-                   .took = absl::Now() - attempt.started,
+                   .took = took,
                    .data_file = agreed.ok()
                                     ? DataPath(CheckpointStore::Prefix(store_->StepDir(key.run, key.step)),
                                                collective_->rank(), collective_->size())
@@ -279,10 +295,10 @@ void Coordinator::Conclude(Attempt& attempt) {
   // After the observers: retention may remove steps they keep (OnRemoved follows).
   if (Publishes()) ConcludePublished(key, agreed);
   if (!agreed.ok()) {
-    spdlog::warn("run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
+    LogEvent(spdlog::level::err, {.run = key.run, .step = key.step, .seconds = absl::ToDoubleSeconds(took)},
+             "run '{}' step {} failed: {}", key.run, key.step, std::string(agreed.message()));
   }
-  registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, absl::Now() - attempt.started,
-                        Everyone(attempt.trainer_count));
+  registry_->FinishStep(key, agreed, agreed.ok() ? attempt.bytes : 0, took, Everyone(attempt.trainer_count));
 }
 
 void Coordinator::ConcludePublished(const StepKey& key, const absl::Status& agreed) {

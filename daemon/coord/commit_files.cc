@@ -244,6 +244,7 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
   internal::StepFiles files;
   files.set_index(std::move(index_bytes));
   files.set_meta(meta.ToJson());
+  files.set_commit_seconds(meta.commit_seconds);
   return files;
 }
 

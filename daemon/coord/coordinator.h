@@ -187,6 +187,7 @@ class Coordinator {
     int64_t bytes = 0;            // this rank's data file size
     bool published_here = false;  // this rank renamed its temp directory into place
     absl::Status agreed{};        // the last vote
+    double commit_seconds = 0;    // rank 0's measure, which every rank reports (StepFiles)
   };
   // Phases: a non-OK return means a collective failed (the job must be aborted);
   // *mine is this rank's own outcome, which the vote that follows combines.

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -149,6 +150,13 @@ class ConfinedFs : public FileSystem {
     return st.ok() && S_ISDIR(st->st_mode);
   }
   bool Exists(const std::string& path) override { return Stat(path).ok(); }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override {
+    // Every path beneath the root is on the root's file system or one mounted below it;
+    // the root's own figure is the one the daemon needs.
+    struct statvfs fs;
+    if (::fstatvfs(root_fd_, &fs) != 0) return ErrnoToStatus(errno, absl::StrCat("statvfs ", path));
+    return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  }
 
  private:
   // A directory fd (beneath the root) and an entry name in it; closes the fd.

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -84,6 +85,11 @@ class FileSystem {
   virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
+  // Bytes an unprivileged writer may still write on the file system holding `path`
+  // (statvfs f_bavail); UNIMPLEMENTED where a file system cannot tell.
+  virtual absl::StatusOr<uint64_t> FreeBytes(const std::string& path) {
+    return absl::UnimplementedError(absl::StrCat("free space of ", path, " is unknown here"));
+  }
 
   // Helpers built on the primitives above.
 
@@ -132,6 +138,7 @@ class FileSystemWrapper : public FileSystem {
   absl::StatusOr<uint64_t> FileSize(const std::string& path) override { return target_->FileSize(path); }
   bool IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
   bool Exists(const std::string& path) override { return target_->Exists(path); }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override { return target_->FreeBytes(path); }
 
  private:
   FileSystem* target_;

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -463,6 +464,12 @@ class PosixFs : public FileSystem {
   bool Exists(const std::string& path) override {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0;
+  }
+
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override {
+    struct statvfs fs;
+    if (::statvfs(path.c_str(), &fs) != 0) return ErrnoToStatus(errno, absl::StrCat("statvfs ", path));
+    return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   }
 
  private:

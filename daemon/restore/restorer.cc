@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/base/dtype.h"
+#include "daemon/base/logging.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
@@ -147,7 +148,9 @@ void Restorer::Record(const RestoreCall& call, const RestorePlan& plan, int64_t 
   peer_bytes_ += reads.peer_bytes();
   bytes_delivered_ += static_cast<uint64_t>(delivered);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
-  spdlog::info(
+  LogEvent(
+      spdlog::level::info,
+      {.run = call.run, .step = step, .trainer = call.trainer_id, .bytes = delivered, .seconds = seconds},
       "run '{}' step {} restored for {} (trainer {}): {} tensor(s), {} bytes delivered in {:.3f} s "
       "({:.0f} MB/s); {} bytes read from storage, {} from peers{}",
       call.run, step, caller.describe(), call.trainer_id, plan.items.size(), delivered, seconds,

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ckptd/v1/wire.h"
 #include "daemon/base/dtype.h"
+#include "daemon/base/logging.h"
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
@@ -151,10 +152,16 @@ absl::Status CkptdService::DoSave(grpc::ServerContext* ctx, grpc::ServerReader<v
                             static_cast<double>(declared));
     context_.metrics->Observe("ckptd_save_staging_seconds", {}, response->staging_seconds());
   }
-  spdlog::debug("run '{}' step {}: staged trainer {} of {} from {}: {} tensor(s), {} bytes in {:.3f} s ({})",
-                header.run(), header.step(), header.trainer_id(), header.trainer_count(),
-                peers_->Describe(ctx->peer()), header.tensors_size(), declared, response->staging_seconds(),
-                mapped != nullptr ? "shared memory" : "gRPC stream");
+  LogEvent(spdlog::level::debug,
+           {.run = header.run(),
+            .step = header.step(),
+            .trainer = header.trainer_id(),
+            .bytes = declared,
+            .seconds = response->staging_seconds()},
+           "run '{}' step {}: staged trainer {} of {} from {}: {} tensor(s), {} bytes in {:.3f} s ({})",
+           header.run(), header.step(), header.trainer_id(), header.trainer_count(),
+           peers_->Describe(ctx->peer()), header.tensors_size(), declared, response->staging_seconds(),
+           mapped != nullptr ? "shared memory" : "gRPC stream");
   return absl::OkStatus();
 }
 
@@ -446,6 +453,7 @@ v1::StatusResponse CkptdService::LocalStatus() const {
                             .version = context_.version,
                             .tcp_address = context_.tcp_address,
                             .metrics_address = metrics_address_,
+                            .started = started_,
                             .registry = registry_,
                             .tiers = tiers_,
                             .staging = staging_,

@@ -124,6 +124,7 @@ class CkptdService final
   std::unique_ptr<DeviceStager> device_;
   std::atomic<bool> accepting_{true};
   std::string metrics_address_;  // where /metrics is served, if anywhere
+  const absl::Time started_ = absl::Now();
   // Saves' and restores' mappings of trainer segments, reused by a trainer's next call.
   SharedSegmentCache segments_;
   Restorer restorer_;

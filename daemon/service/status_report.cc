@@ -9,7 +9,7 @@
 namespace ckptd {
 
 std::vector<Metrics::Gauge> StatusGauges(const v1::StatusResponse& now) {
-  return {
+  std::vector<Metrics::Gauge> gauges = {
       {"ckptd_staged_bytes", "Bytes staged in daemon memory now (pending and in-flight steps).",
        static_cast<double>(now.bytes_staged())},
       {"ckptd_in_flight_bytes", "Staged bytes of steps being committed now.",
@@ -27,7 +27,23 @@ std::vector<Metrics::Gauge> StatusGauges(const v1::StatusResponse& now) {
        "Bytes read into or written from trainers' huge-page segments with O_DIRECT in place (no copy "
        "through the daemon's own buffers), since start.",
        static_cast<double>(direct_io_memory::InPlaceBytes())},
+      {"ckptd_build_info", "Always 1; the daemon's version is the label.", 1, {{"version", now.version()}}},
+      {"ckptd_start_time_seconds", "When this daemon started, in seconds since the Unix epoch.",
+       now.started_unix_seconds()},
   };
+  if (now.root_free_bytes() >= 0) {
+    gauges.push_back({"ckptd_root_free_bytes",
+                      "Bytes still free to the daemon on its checkpoint root's file system.",
+                      static_cast<double>(now.root_free_bytes())});
+  }
+  for (const v1::RunStatus& run : now.runs()) {
+    if (run.last_commit_unix_seconds() <= 0) continue;
+    gauges.push_back({"ckptd_last_commit_timestamp_seconds",
+                      "When this daemon last committed a step of the run, in seconds since the Unix epoch.",
+                      run.last_commit_unix_seconds(),
+                      {{"run", run.run()}}});
+  }
+  return gauges;
 }
 
 v1::StatusResponse LocalStatusReport(const StatusSources& from) {
@@ -40,7 +56,11 @@ v1::StatusResponse LocalStatusReport(const StatusSources& from) {
   response->set_metrics_address(from.metrics_address);
   response->set_num_ranks(from.num_ranks);
   response->set_version(from.version);
-  response->set_root(from.tiers->read_store()->root());
+  const CheckpointStore* root = from.tiers->read_store();
+  response->set_root(root->root());
+  response->set_started_unix_seconds(absl::ToDoubleSeconds(from.started - absl::UnixEpoch()));
+  const absl::StatusOr<uint64_t> free_bytes = root->fs()->FreeBytes(root->root());
+  response->set_root_free_bytes(free_bytes.ok() ? static_cast<int64_t>(*free_bytes) : -1);
   response->set_pid(::getpid());
   for (const StepKey& key : from.registry->PendingSteps()) {
     v1::StepRef* ref = response->add_pending_steps();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "ckptd/v1/ckptd.pb.h"
 #include "daemon/base/metrics.h"
 #include "daemon/coord/step_registry.h"
@@ -24,6 +25,7 @@ struct StatusSources {
   std::string version{};
   std::string tcp_address{};
   std::string metrics_address{};
+  absl::Time started{};
   StepRegistry* registry = nullptr;
   const StorageTiers* tiers = nullptr;
   const StagingArea* staging = nullptr;

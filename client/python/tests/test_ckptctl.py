@@ -3,6 +3,7 @@ ls, inspect, verify, status, wait and restore, with their JSON and exit codes.""
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -152,7 +153,7 @@ def test_ls_inspect_verify(job):
     r = ckptctl("verify", run_dir, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
     piped = ckptctl("verify", run_dir)  # not a terminal: plain progress lines
-    assert piped.returncode == 0 and "verify: 100%" in piped.stderr
+    assert piped.returncode == 0 and "verify: 100%" in piped.stderr and "\r" not in piped.stderr  # no bar
     data = os.path.join(run_dir, "step-00000002", "ckpt.data-00000-of-00002")
     blob = bytearray(open(data, "rb").read())
     blob[0] ^= 0xFF
@@ -649,7 +650,8 @@ def test_export_never_overwrites_unasked_and_shards_large_models(job, tmp_path):
     assert r.returncode == 2 and "nothing to export" in r.stderr, r.stderr
     r = ckptctl("export", run_dir, "--out", tmp_path / "npy")
     assert r.returncode == 0 and "skipped 2 with no npy dtype" in r.stdout, r.stdout + r.stderr
-    assert "export: 100%" in r.stderr and not list(tmp_path.glob("npy/**/*.partial")), r.stderr
+    assert "export: 100%" in r.stderr and "\r" not in r.stderr, r.stderr  # piped: lines, never a bar
+    assert not list(tmp_path.glob("npy/**/*.partial"))
     # On a terminal, a progress bar (stderr through a pseudo-terminal).
     r, bar = run_with_stderr_on_a_terminal([CKPTCTL, "export", run_dir, "--out", str(tmp_path / "tty")])
     assert r.returncode == 0 and "\rexport [" in bar and "100%" in bar, bar
@@ -1000,3 +1002,56 @@ def test_status_after_a_restart_names_each_runs_last_commit_and_the_metrics_addr
         assert "kept step 4" in ckptctl("status", "--address", job.address(0)).stdout
     finally:
         assert job.stop() == 0
+
+
+def metrics_page(job, rank=0):
+    import urllib.request
+    with job.client(rank) as c:
+        address = c.status()["metrics_address"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
+def metric(page, series):
+    """The value of one series line ('name{labels}') of a /metrics page, or None."""
+    import re
+    found = re.search(r"^%s (\S+)$" % re.escape(series), page, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_one_commit_time_everywhere_and_status_and_metrics_say_what_the_daemon_is_doing(metrics_job):
+    job = metrics_job
+    run_dir = save(job, "ct", 1, model(1))
+    step_dir = os.path.join(run_dir, "step-00000001")
+    status = json.loads(ckptctl("status", "--json", "--address", job.address(0)).stdout)
+    ranks = status["ranks"]
+    # Uptime, start time and free space on the root, for every rank.
+    assert all(r["started_unix_seconds"] > 1.7e9 and r["uptime_seconds"] >= 0 and r["root_free_bytes"] > 0
+               for r in ranks), ranks
+    # One commit time: rank 0 measures it and every rank, ls, inspect and /metrics show it.
+    seconds = {run["last_commit_seconds"] for r in ranks for run in r["runs"] if run["run"] == "ct"}
+    assert len(seconds) == 1, ranks
+    commit = seconds.pop()
+    assert commit > 0
+    [listed] = json.loads(ckptctl("ls", run_dir, "--json").stdout)
+    assert listed["commit_seconds"] == pytest.approx(commit, abs=1e-9)
+    facts = json.loads(ckptctl("inspect", step_dir, "--json").stdout)["checkpoint"]
+    assert facts["commit_seconds"] == pytest.approx(commit, abs=1e-9)
+    shown = f"{commit:.3f} s"  # one format wherever people read it
+    assert shown in ckptctl("ls", run_dir).stdout
+    assert f"commit {shown}" in ckptctl("inspect", step_dir).stdout
+    text = ckptctl("status", "--address", job.address(0)).stdout
+    assert text.count(f"ct step 1 at ") == 2 and text.count(f" in {shown}") == 2, text
+    assert re.search(r"^ +0 +\d+ +\d+s ", text, re.M), text  # the UP column
+    log = open(job.log_path).read()
+    assert log.count(f"run 'ct' step 1 committed in {shown}") == 2, log
+    for rank in range(2):
+        page = metrics_page(job, rank)
+        assert metric(page, 'ckptd_commit_seconds_count{run="ct"}') == 1
+        assert metric(page, 'ckptd_commit_seconds_sum{run="ct"}') == pytest.approx(commit, rel=1e-6)
+        assert metric(page, f'ckptd_build_info{{version="{ranks[rank]["version"]}"}}') == 1
+        assert metric(page, "ckptd_root_free_bytes") > 0
+        assert metric(page, "ckptd_start_time_seconds") == pytest.approx(ranks[rank]["started_unix_seconds"])
+        committed_at = [run["last_commit_unix_seconds"] for run in ranks[rank]["runs"] if run["run"] == "ct"]
+        assert metric(page, 'ckptd_last_commit_timestamp_seconds{run="ct"}') == pytest.approx(committed_at[0])
+        assert page.count("# TYPE ckptd_last_commit_timestamp_seconds gauge") == 1

@@ -4,6 +4,9 @@ import concurrent.futures
 import json
 import os
 import re
+import signal
+import socket
+import time
 
 import grpc
 import numpy as np
@@ -213,17 +216,96 @@ def test_logs_name_peers_and_log_each_commit_and_restore_as_json_lines(tmp_path)
         assert job.stop() == 0
     lines = [line for line in open(job.log_path).read().splitlines() if line.startswith("{")]
     records = [json.loads(line) for line in lines]  # every line one valid JSON object
-    assert records and all(set(r) == {"time", "rank", "level", "msg"} for r in records)
+    every_line = {"time", "rank", "host", "level", "msg"}
+    assert records and all(every_line <= set(r) <= every_line | {"run", "step", "trainer", "bytes", "seconds"}
+                           for r in records), records
+    assert {r["host"] for r in records} == {socket.gethostname()}
     me = f"pid {os.getpid()} uid {os.getuid()}"
     restored = [r for r in records if r["level"] == "info" and "restored for" in r["msg"]]
     assert len(restored) == 1 and restored[0]["rank"] == 1, restored
     assert re.search(rf"run 'logged' step 3 restored for {me} \(trainer 1\): 1 tensor\(s\), 4096 bytes "
                      r"delivered in [0-9.]+ s", restored[0]["msg"]), restored[0]["msg"]
+    # The facts of each event as fields of their own, for log shippers.
+    assert {k: restored[0][k] for k in ("run", "step", "trainer", "bytes")} == \
+        {"run": "logged", "step": 3, "trainer": 1, "bytes": 4096}
+    assert restored[0]["seconds"] >= 0
     committed = [r for r in records if r["level"] == "info" and "step 3 committed in" in r["msg"]]
     assert {r["rank"] for r in committed} == {0, 1}, committed
+    assert all(r["run"] == "logged" and r["step"] == 3 and r["seconds"] > 0
+               and f"committed in {r['seconds']:.3f} s" in r["msg"] for r in committed), committed
+    # One commit time (rank 0's) on every rank; the replicated "w" is written once.
+    assert len({r["seconds"] for r in committed}) == 1 and sum(r["bytes"] for r in committed) == 4096
     staged = [r for r in records if r["level"] == "debug" and "staged trainer" in r["msg"]]
     assert len(staged) == 2 and all(me in r["msg"] and "4096 bytes" in r["msg"] for r in staged), staged
+    assert sorted(r["trainer"] for r in staged) == [0, 1] and all(r["bytes"] == 4096 for r in staged)
     assert not [line for line in open(job.log_path) if "fd:" in line]
+
+
+def json_lines_until(path, found, timeout=60):
+    """The JSON lines of `path` once one of them satisfies `found` (the daemon writes
+    its log asynchronously to this test; waiting on the line is the synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = [json.loads(line) for line in open(path).read().splitlines() if line.startswith("{")] \
+            if os.path.exists(path) else []
+        if any(found(r) for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.01)
+
+
+def test_sighup_reopens_the_log_file_and_sigusr1_toggles_debug_without_stopping_the_job(tmp_path):
+    from conftest import Job
+    job = Job(tmp_path, ranks=1, extra=("--log-file", str(tmp_path / "ckptd-{rank}.log"), "--log-format", "json"))
+    log, rotated = tmp_path / "ckptd-0.log", tmp_path / "ckptd-0.log.1"
+    w = np.arange(16, dtype=np.float32)
+    try:
+        with job.client(0) as c:
+            pid = int(c.status()["pid"])
+            assert any("listening on" in r["msg"] for r in json_lines_until(log, lambda r: "listening on" in r["msg"]))
+            # logrotate's way: move the file, then SIGHUP; the daemon writes to a new one.
+            os.rename(log, rotated)
+            os.kill(pid, signal.SIGHUP)
+            reopened = json_lines_until(log, lambda r: "SIGHUP: reopened log file" in r["msg"])
+            assert [r["msg"] for r in reopened] == [f"SIGHUP: reopened log file {log}"], reopened
+            c.save("sig", 1, {"w": w})
+            c.wait("sig", 1)
+            # SIGUSR1: debug lines (each trainer's staging) appear, and stop again on the next.
+            os.kill(pid, signal.SIGUSR1)
+            json_lines_until(log, lambda r: r["msg"].startswith("SIGUSR1: log level debug"))
+            c.save("sig", 2, {"w": w})
+            c.wait("sig", 2)
+            os.kill(pid, signal.SIGUSR1)
+            json_lines_until(log, lambda r: r["msg"] == "SIGUSR1: log level back to info")
+            c.save("sig", 3, {"w": w})
+            c.wait("sig", 3)
+            assert c.status()["pid"] == pid  # the same daemon, still serving
+    finally:
+        assert job.stop() == 0
+    old = [json.loads(line) for line in open(rotated).read().splitlines()]
+    new = [json.loads(line) for line in open(log).read().splitlines()]
+    assert not [r for r in old if "committed" in r["msg"]], old
+    assert sorted(r["step"] for r in new if "committed in" in r["msg"]) == [1, 2, 3]
+    assert sorted(r["step"] for r in new if "staged trainer" in r["msg"]) == [2], new
+    # With a log file, mpirun's output gets errors only.
+    assert "committed" not in open(job.log_path).read()
+
+
+def test_a_failed_step_is_logged_at_error_level_with_its_run_and_step(tmp_path):
+    from conftest import Job
+    job = Job(tmp_path, ranks=1, extra=("--log-format", "json"))
+    try:
+        with job.client(0) as a, job.client(0) as b:
+            # Two trainers disagree on a tensor's shape: the step cannot be planned.
+            a.save("bad", 7, {"w": np.zeros(4, np.float32)}, trainer_id=0, trainer_count=2)
+            b.save("bad", 7, {"w": np.zeros(8, np.float32)}, trainer_id=1, trainer_count=2)
+            with pytest.raises(ckptd.Error):
+                a.wait("bad", 7)
+    finally:
+        assert job.stop() == 0
+    records = [json.loads(line) for line in open(job.log_path).read().splitlines() if line.startswith("{")]
+    failed = [r for r in records if r.get("run") == "bad" and r.get("step") == 7]
+    assert failed and all(r["level"] == "error" for r in failed), failed
+    assert not [r for r in records if r["level"] == "warning" and "bad" in r["msg"]], records
 
 
 def test_the_standard_grpc_health_service_answers(job):

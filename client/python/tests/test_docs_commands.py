@@ -59,7 +59,8 @@ def without_comment(line):
 SYNOPSIS = re.compile(r"^build/ckptctl (\w+) .*([A-Z]{2,}|\[)")
 RULES = [
     ("synopsis", SYNOPSIS),
-    ("ckptctl", re.compile(r"^ckptctl ")),
+    # A ckptctl line with concrete arguments (the README's tour writes build/ckptctl).
+    ("ckptctl", re.compile(r"^ckptctl |^build/ckptctl (?!.*([A-Z]{2,}|\[))")),
     ("daemon", re.compile(r"^(mpirun|mpiexec) .*\bckptd\b")),
     ("build/ckptd", re.compile(r"^build/ckptd ")),
     ("export", re.compile(r"^export CKPTD_ADDRESS=")),
@@ -191,9 +192,10 @@ def save_run(job, run, step, kernel):
 
 
 def test_ckptctl_lines_of_the_docs_run_as_written(job, tmp_path):
-    """operations.md's ckptctl lines in the order shown, on a run with steps 100, 200
-    and 300 of a job's daemons; <root>/<run> is that run, /lustre/ckpt the job's root,
-    /tmp/model this test's, and the import sources real checkpoints."""
+    """The docs' ckptctl lines (README's tour, then operations.md's) in the order shown,
+    on a run with steps 100, 200 and 300 of a job's daemons; <root>/<run> is that run,
+    /lustre/ckpt and /tmp/ckpt the job's root, /tmp/ckptd/0.sock its rank 0,
+    /tmp/model and /tmp/restored this test's, and the import sources real checkpoints."""
     kernel = np.arange(12, dtype=np.float32).reshape(3, 4)
     for step in (100, 200, 300):
         save_run(job, "run-1", step, kernel)
@@ -205,6 +207,8 @@ def test_ckptctl_lines_of_the_docs_run_as_written(job, tmp_path):
             continue
         command = without_comment(line)
         for example, here in [("<root>/<run>/", f"{job.root}/run-1/"), ("/lustre/ckpt/", f"{job.root}/"),
+                              ("/tmp/ckpt/", f"{job.root}/"), ("/tmp/ckptd/0.sock", job.address(0)),
+                              ("/tmp/restored", f"{tmp_path}/restored"),
                               ("/tmp/ckptd-0/ckptd-0.sock", job.address(0)), ("/tmp/model", f"{tmp_path}/model"),
                               ("/data/tf-run/ckpt-300", tf_prefix), ("/models/llama", f"{tmp_path}/model")]:
             command = command.replace(example, here)
@@ -222,3 +226,15 @@ def test_ckptctl_lines_of_the_docs_run_as_written(job, tmp_path):
             assert filtered.returncode == 0 and [row["rank"] for row in rows] == [0, 1], filtered.stdout
         ran += 1
     assert ran >= 10
+
+
+def test_the_readme_tour_runs_as_written(job):
+    """README's Python lines, as written, against a job's daemon (its socket in place of
+    /tmp/ckptd/0.sock): the saved array comes back."""
+    text = open(os.path.join(SOURCE, "README.md")).read()
+    [tour] = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert "/tmp/ckptd/0.sock" in tour
+    names = {}
+    exec(tour.replace("/tmp/ckptd/0.sock", job.address(0)), names)  # noqa: S102 - the docs' own code
+    assert np.array_equal(names["w"], np.ones((1024, 1024), np.float32))
+    names["c"].close()

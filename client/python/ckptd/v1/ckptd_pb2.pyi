@@ -310,7 +310,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ["bytes_in_flight", "bytes_staged", "bytes_written", "device_memory", "device_to_host_bytes", "device_to_host_seconds", "gathering", "host_to_device_bytes", "host_to_device_seconds", "memory_steps", "memory_steps_limit", "metrics_address", "num_ranks", "peak_bytes_staged", "pending_steps", "pid", "pooled_bytes", "rank", "ranks", "ranks_as_of_unix_seconds", "read_cache_bytes", "read_cache_hit_bytes", "restore_bytes_delivered", "restore_peer_bytes_received", "restore_storage_bytes_read", "root", "runs", "staging_memory_limit", "tcp_address", "version"]
+    __slots__ = ["bytes_in_flight", "bytes_staged", "bytes_written", "device_memory", "device_to_host_bytes", "device_to_host_seconds", "gathering", "host_to_device_bytes", "host_to_device_seconds", "memory_steps", "memory_steps_limit", "metrics_address", "num_ranks", "peak_bytes_staged", "pending_steps", "pid", "pooled_bytes", "rank", "ranks", "ranks_as_of_unix_seconds", "read_cache_bytes", "read_cache_hit_bytes", "restore_bytes_delivered", "restore_peer_bytes_received", "restore_storage_bytes_read", "root", "root_free_bytes", "runs", "staging_memory_limit", "started_unix_seconds", "tcp_address", "version"]
     BYTES_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     BYTES_STAGED_FIELD_NUMBER: _ClassVar[int]
     BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
@@ -337,8 +337,10 @@ class StatusResponse(_message.Message):
     RESTORE_PEER_BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     RESTORE_STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     ROOT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     STAGING_MEMORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TCP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     bytes_in_flight: int
@@ -367,11 +369,13 @@ class StatusResponse(_message.Message):
     restore_peer_bytes_received: int
     restore_storage_bytes_read: int
     root: str
+    root_free_bytes: int
     runs: _containers.RepeatedCompositeFieldContainer[RunStatus]
     staging_memory_limit: int
+    started_unix_seconds: float
     tcp_address: str
     version: str
-    def __init__(self, rank: _Optional[int] = ..., num_ranks: _Optional[int] = ..., version: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[StepRef, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., bytes_staged: _Optional[int] = ..., bytes_written: _Optional[int] = ..., root: _Optional[str] = ..., pid: _Optional[int] = ..., peak_bytes_staged: _Optional[int] = ..., staging_memory_limit: _Optional[int] = ..., tcp_address: _Optional[str] = ..., bytes_in_flight: _Optional[int] = ..., pooled_bytes: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[StatusResponse, _Mapping]]] = ..., ranks_as_of_unix_seconds: _Optional[float] = ..., device_to_host_bytes: _Optional[int] = ..., device_to_host_seconds: _Optional[float] = ..., host_to_device_bytes: _Optional[int] = ..., host_to_device_seconds: _Optional[float] = ..., device_memory: _Optional[str] = ..., memory_steps: _Optional[_Iterable[_Union[KeptStep, _Mapping]]] = ..., memory_steps_limit: _Optional[int] = ..., restore_storage_bytes_read: _Optional[int] = ..., restore_bytes_delivered: _Optional[int] = ..., restore_peer_bytes_received: _Optional[int] = ..., read_cache_hit_bytes: _Optional[int] = ..., read_cache_bytes: _Optional[int] = ..., gathering: _Optional[_Iterable[_Union[GatheringStep, _Mapping]]] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+    def __init__(self, rank: _Optional[int] = ..., num_ranks: _Optional[int] = ..., version: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[StepRef, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., bytes_staged: _Optional[int] = ..., bytes_written: _Optional[int] = ..., root: _Optional[str] = ..., pid: _Optional[int] = ..., peak_bytes_staged: _Optional[int] = ..., staging_memory_limit: _Optional[int] = ..., tcp_address: _Optional[str] = ..., bytes_in_flight: _Optional[int] = ..., pooled_bytes: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[StatusResponse, _Mapping]]] = ..., ranks_as_of_unix_seconds: _Optional[float] = ..., device_to_host_bytes: _Optional[int] = ..., device_to_host_seconds: _Optional[float] = ..., host_to_device_bytes: _Optional[int] = ..., host_to_device_seconds: _Optional[float] = ..., device_memory: _Optional[str] = ..., memory_steps: _Optional[_Iterable[_Union[KeptStep, _Mapping]]] = ..., memory_steps_limit: _Optional[int] = ..., restore_storage_bytes_read: _Optional[int] = ..., restore_bytes_delivered: _Optional[int] = ..., restore_peer_bytes_received: _Optional[int] = ..., read_cache_hit_bytes: _Optional[int] = ..., read_cache_bytes: _Optional[int] = ..., gathering: _Optional[_Iterable[_Union[GatheringStep, _Mapping]]] = ..., metrics_address: _Optional[str] = ..., started_unix_seconds: _Optional[float] = ..., root_free_bytes: _Optional[int] = ...) -> None: ...
 
 class StepRef(_message.Message):
     __slots__ = ["run", "step"]

@@ -2,8 +2,8 @@
 # Installs every build and test dependency of ckptd from Debian 12's archive.
 # Idempotent: packages already present are skipped, so a second run costs one dpkg query.
 #   scripts/install-deps.sh            what building and testing need
-#   scripts/install-deps.sh --peers    also the peers scripts/bench.sh --peers runs
-#                                      (PyTorch and parallel HDF5: large, bench only)
+#   scripts/install-deps.sh --peers    also the peer scripts/bench.sh --peers runs
+#                                      beside PyTorch (parallel HDF5: bench only)
 set -euo pipefail
 
 PACKAGES=(
@@ -18,8 +18,9 @@ PACKAGES=(
   python3-numpy python3-grpcio python3-protobuf python3-mpi4py python3-pytest fio
   python3-pip python3-venv python3-setuptools python3-wheel python3-mypy jq
   libcpp-httplib-dev prometheus liburing-dev libisal-dev
+  python3-torch
 )
-if [ "${1:-}" = --peers ]; then PACKAGES+=(python3-torch python3-h5py-mpi); fi
+if [ "${1:-}" = --peers ]; then PACKAGES+=(python3-h5py-mpi); fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -11,7 +11,8 @@
     out = c.restore("run", 100, {"w": ckptd.RestoreSpec(dtype="bfloat16")})
     out.dtypes["w"]                          # "bfloat16": uint16 bit patterns in out["w"]
 
-Errors raise ckptd.Error, which carries the gRPC status code and message.
+Errors raise ckptd.Error, which carries the gRPC status code and message. PyTorch
+state_dicts: ckptd.torch (import it explicitly; docs/pytorch.md).
 """
 
 from ckptd.client import (Client, Error, Mesh, RestoreResult, RestoreSpec, SaveResult, TensorSpec,

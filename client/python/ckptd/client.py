@@ -87,11 +87,18 @@ class TensorSpec:
     or "unsharded") over the save's mesh; global_shape: the whole tensor's shape
     (default: each box dimension times the size of the mesh dimension it is sharded
     over).
+
+    Instead of a layout, start: the array is the box of the tensor that begins at
+    these offsets (global_shape required), as a ShardedTensor's local shard is.
+    dtype: the dtype to store when the array holds another's bits ("bfloat16" for
+    uint16 arrays of bfloat16 bit patterns, as numpy has no bfloat16).
     """
 
     array: Union[npt.ArrayLike, Sequence[npt.ArrayLike]]
-    layout: Sequence[str]
+    layout: Sequence[str] = ()
     global_shape: Optional[Sequence[int]] = None
+    start: Optional[Sequence[int]] = None
+    dtype: Optional[npt.DTypeLike] = None
 
 
 @dataclass(frozen=True)
@@ -105,11 +112,16 @@ class RestoreSpec:
 
     NumPy has no bfloat16: a tensor restored as bfloat16 comes back as uint16 arrays
     holding its bit patterns (RestoreResult.dtypes names it "bfloat16"); widen with
-    (a.astype(np.uint32) << 16).view(np.float32)."""
+    (a.astype(np.uint32) << 16).view(np.float32).
+
+    start and length: instead of a layout, one box of the tensor (any box, whatever
+    boxes it was saved in), returned as one array of shape `length`."""
 
     shape: Optional[Sequence[int]] = None
     dtype: Optional[npt.DTypeLike] = None
     layout: Optional[Sequence[str]] = None
+    start: Optional[Sequence[int]] = None
+    length: Optional[Sequence[int]] = None
 
 
 @dataclass(frozen=True)
@@ -378,19 +390,30 @@ class Client:
             d = header.tensors.add(name=name)
             if isinstance(value, tuple):
                 value = TensorSpec(value[0], value[1], value[2] if len(value) > 2 else None)
-            if isinstance(value, TensorSpec):
-                arrays, layout = value.array, list(value.layout)
-                arrays = list(arrays) if isinstance(arrays, (list, tuple)) else [arrays]
-                arrays = [np.asarray(a) for a in arrays]
+            stored_dtype = None
+            if isinstance(value, TensorSpec) and value.start is not None:
+                if value.global_shape is None or value.layout:
+                    raise ValueError(f"TensorSpec of '{name}': start needs global_shape and no layout")
+                arrays = [np.asarray(value.array)]
+                shape = [int(n) for n in value.global_shape]
+                _set_box(d.box, [int(n) for n in value.start], arrays[0].shape)
+                stored_dtype = value.dtype
+            elif isinstance(value, TensorSpec):
+                given, layout = value.array, list(value.layout)
+                arrays = [np.asarray(a) for a in (list(given) if isinstance(given, (list, tuple)) else [given])]
                 if value.global_shape is not None:
                     shape = [int(n) for n in value.global_shape]
-                else:
+                elif layout:
                     shape = [n * mesh_dims.get(spec, 1) for n, spec in zip(arrays[0].shape, layout)]
-                d.layout.sharding_specs.extend(layout)
+                else:  # the whole tensor, with only its stored dtype given
+                    shape = list(arrays[0].shape)
+                if layout:
+                    d.layout.sharding_specs.extend(layout)
+                stored_dtype = value.dtype
             else:
                 arrays = [np.asarray(value)]
                 shape = list(arrays[0].shape)
-            d.dtype = _dtype_number(arrays[0].dtype)
+            d.dtype = _dtype_number(arrays[0].dtype if stored_dtype is None else stored_dtype)
             d.shape.extend(shape)
             pieces.extend(arrays)
         use_shm = self._use_shm()
@@ -520,6 +543,10 @@ class Client:
                 spec = RestoreSpec(*(tuple(value) + (None, None, None))[:3])
             shape, dtype, layout = spec.shape, spec.dtype, spec.layout
             t = request.tensors.add(name=name)
+            if spec.start is not None or spec.length is not None:
+                if spec.start is None or spec.length is None or layout is not None:
+                    raise ValueError(f"RestoreSpec of '{name}': a box needs start and length, and no layout")
+                _set_box(t.box, [int(n) for n in spec.start], [int(n) for n in spec.length])
             if dtype is not None:
                 t.dtype = _dtype_number(dtype)
             if shape is not None:

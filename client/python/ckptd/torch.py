@@ -1,0 +1,436 @@
+"""PyTorch state_dicts through ckptd, in two lines.
+
+    import ckptd.torch
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    ckptd.torch.save(state, "run-1", step)          # returns once staged
+    step = ckptd.torch.load(state, "run-1")         # the newest step, in place
+    optimizer.load_state_dict(state["optim"])
+
+The trainer id and count are torch.distributed's rank and world size when a process
+group exists (else 0 and 1); the daemon is the one $CKPTD_ADDRESS names, else the
+daemon's default socket. load() works on any world size and sharding: each trainer
+asks for exactly the boxes its tensors cover, and the daemons assemble them from
+whatever boxes were saved.
+
+What a state_dict may hold:
+- tensors. A plain tensor is taken as replicated: every trainer sends it whole and the
+  daemons write it once. PerRank(tensor) marks one that differs per trainer: it is
+  stored as "NAME@rank<r>" and loaded by the trainer of the same rank.
+- ShardedTensor (torch.distributed._shard): each trainer sends its local shard as the
+  box at the shard's offsets, and load fills the local shards of whatever sharding the
+  destination has. One local shard per trainer and tensor.
+- dicts (any keys of str or int), lists and tuples, flattened to TensorFlow-style
+  names: {"model": {"layers.0.weight": t}} is "model/layers.0/weight" (a key's last
+  dot becomes a slash: module path, then parameter), {"optim": {"state": {3:
+  {"exp_avg": t}}}} is "optim/state/3/exp_avg".
+- ints, floats, strings, bools and None, kept as this trainer's state beside the
+  tensors (a trainer that did not exist when the step was saved gets trainer 0's).
+
+load() fills tensors in place (copy_, converting the dtype where the state_dict's
+differs from the stored one) and sets the other leaves in their dicts and lists. An
+empty dict in the destination (an optimizer's "state" before its first step) is filled
+with what the checkpoint holds under it. A key of the state_dict that the checkpoint
+lacks, or one the checkpoint has that the state_dict lacks, is an error naming it
+unless strict=False, as in Module.load_state_dict.
+"""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+import ckptd.client as _client
+
+_TREE_KEY = "ckptd.torch/tree"
+_SHARDED_METADATA = "torch.distributed._shard.sharded_tensor.metadata"
+_MUTABLE_DEFAULT = "field(default=TensorProperties())"
+
+
+class _ShardedMetadataFix(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """torch 1.13's sharded_tensor/metadata.py declares a dataclass field with a mutable
+    default, which Python 3.11 refuses, so nothing under torch.distributed._shard
+    imports. This loads that one module, in this process only, with the default_factory
+    the dataclass meant; the installed file is never changed."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _SHARDED_METADATA:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.origin, loader=self)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        with open(self.origin) as f:
+            source = f.read().replace(_MUTABLE_DEFAULT, "field(default_factory=TensorProperties)")
+        exec(compile(source, self.origin, "exec"), module.__dict__)  # noqa: S102 - torch's own source
+
+
+def _install_sharded_fix_if_needed() -> None:
+    """Only where the installed torch has the defect and this Python refuses it."""
+    if sys.version_info < (3, 11) or _SHARDED_METADATA in sys.modules:
+        return
+    if any(isinstance(f, _ShardedMetadataFix) for f in sys.meta_path):
+        return
+    # Found by path: importing any parent package would import the broken module.
+    torch_spec = importlib.machinery.PathFinder.find_spec("torch")
+    if torch_spec is None or not torch_spec.submodule_search_locations:
+        return
+    origin = os.path.join(list(torch_spec.submodule_search_locations)[0], "distributed", "_shard",
+                          "sharded_tensor", "metadata.py")
+    if not os.path.isfile(origin):
+        return
+    with open(origin) as f:
+        if _MUTABLE_DEFAULT not in f.read():
+            return
+    sys.meta_path.insert(0, _ShardedMetadataFix(origin))
+
+
+_install_sharded_fix_if_needed()
+
+import torch  # noqa: E402 - after the fix, so that torch's own imports of _shard see it
+
+
+def _sharded_tensor_type() -> Optional[type]:
+    try:
+        from torch.distributed._shard.sharded_tensor import api
+    except ImportError:
+        return None
+    sharded: type = api.ShardedTensor
+    return sharded
+
+
+class PerRank:
+    """A tensor that differs per trainer (an RNG state, a rank-local buffer): stored as
+    "NAME@rank<r>" and loaded by the trainer of the same rank."""
+
+    def __init__(self, tensor: "torch.Tensor") -> None:
+        self.tensor = tensor
+
+
+def _world() -> Tuple[int, int]:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+_default_clients: Dict[str, "_client.Client"] = {}
+
+
+def _client_for(client: Optional["_client.Client"]) -> "_client.Client":
+    """The given client, or one per daemon address kept for the process's lifetime."""
+    if client is not None:
+        return client
+    target = _client.daemon_target(None)
+    if target not in _default_clients:
+        _default_clients[target] = _client.Client(None)
+    return _default_clients[target]
+
+
+def _component(key: Any, leaf_is_tensor: bool) -> str:
+    if isinstance(key, bool) or not isinstance(key, (str, int)):
+        raise TypeError(f"ckptd.torch: a state_dict key must be a str or an int, not {type(key).__name__} "
+                        f"({key!r})")
+    text = str(key)
+    if leaf_is_tensor and "." in text:
+        head, _, tail = text.rpartition(".")
+        text = f"{head}/{tail}"
+    return text
+
+
+def _is_sharded(value: Any) -> bool:
+    # Checked before torch.Tensor: in torch 1.13 a ShardedTensor is one.
+    sharded = _sharded_tensor_type()
+    return sharded is not None and isinstance(value, sharded)
+
+
+def _is_tensor_leaf(value: Any) -> bool:
+    return isinstance(value, (torch.Tensor, PerRank)) or _is_sharded(value)
+
+
+def _join(prefix: str, part: str) -> str:
+    return f"{prefix}/{part}" if prefix else part
+
+
+# A tree describes a state_dict: {"d": [[key, node], ...]} for a dict (keys keep their
+# type), {"l": [...]} a list, {"u": [...]} a tuple, {"t": name, "kind": plain|sharded|
+# rank} a tensor, {"v": value} any other leaf.
+def _describe(value: Any, name: str, rank: int, leaves: Dict[str, Any]) -> Dict[str, Any]:
+    if isinstance(value, dict):
+        return {"d": [[k, _describe(v, _join(name, _component(k, _is_tensor_leaf(v))), rank, leaves)]
+                      for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"l" if isinstance(value, list) else "u":
+                [_describe(v, _join(name, str(i)), rank, leaves) for i, v in enumerate(value)]}
+    if isinstance(value, PerRank):
+        return {"t": f"{name}@rank{rank}", "kind": "rank"}
+    if _is_tensor_leaf(value):
+        return {"t": name, "kind": "sharded" if _is_sharded(value) else "plain"}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        leaves[name] = value
+        return {"v": value}
+    raise TypeError(f"ckptd.torch: cannot save '{name}' of type {type(value).__name__} (tensors, dicts, lists, "
+                    f"tuples, ints, floats, strings, bools and None only)")
+
+
+def _tensors(value: Any, node: Dict[str, Any], out: List[Tuple[str, Any]]) -> None:
+    """(name, tensor, ShardedTensor or PerRank as given) of every tensor, in tree order."""
+    if "d" in node:
+        for (key, child), v in zip(node["d"], value.values()):
+            _tensors(v, child, out)
+    elif "l" in node or "u" in node:
+        for child, v in zip(node.get("l", node.get("u")), value):
+            _tensors(v, child, out)
+    elif "t" in node:
+        out.append((node["t"], value))
+
+
+def _numpy(tensor: "torch.Tensor") -> Tuple["np.ndarray[Any, Any]", Optional[str]]:
+    """A numpy view of a CPU tensor (a copy only where it is not contiguous or not on
+    the CPU), and the dtype to store when numpy cannot say it."""
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
+    return t.numpy(), None
+
+
+def save(state_dict: Dict[str, Any], run: str, step: int, client: Optional["_client.Client"] = None,
+         timeout: float = 600.0) -> "_client.SaveResult":
+    """Stages this trainer's part of `state_dict` for (run, step) and returns once the
+    daemon holds it (the tensors may change right after); wait() for durability."""
+    rank, world = _world()
+    leaves: Dict[str, Any] = {}
+    tree = _describe(state_dict, "", rank, leaves)
+    found: List[Tuple[str, Any]] = []
+    _tensors(state_dict, tree, found)
+    names = [n for n, _ in found]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"ckptd.torch: two entries of the state_dict flatten to the same name: {twice}")
+    specs: Dict[str, Any] = {}
+    for name, value in found:
+        if isinstance(value, PerRank):
+            array, dtype = _numpy(value.tensor)
+            specs[name] = _client.TensorSpec(array, dtype=dtype) if dtype else array
+            continue
+        if not _is_sharded(value):
+            array, dtype = _numpy(value)
+            specs[name] = _client.TensorSpec(array, dtype=dtype) if dtype else array
+            continue
+        shards = value.local_shards()
+        if len(shards) > 1:
+            raise ValueError(f"ckptd.torch: '{name}' has {len(shards)} local shards on rank {rank}; one per "
+                             f"trainer is supported")
+        if not shards:
+            continue  # other trainers hold all of it
+        array, dtype = _numpy(shards[0].tensor)
+        specs[name] = _client.TensorSpec(array, global_shape=list(value.size()),
+                                         start=list(shards[0].metadata.shard_offsets), dtype=dtype)
+    state = {_TREE_KEY: json.dumps(tree).encode()}
+    return _client_for(client).save(run, step, specs, trainer_id=rank, trainer_count=world, trainer_state=state,
+                                    timeout=timeout)
+
+
+def wait(run: str, step: int, client: Optional["_client.Client"] = None, timeout: float = 600.0) -> str:
+    """Returns the step's path once it is committed on every host; raises ckptd.Error if
+    it failed."""
+    return _client_for(client).wait(run, step, timeout=timeout)
+
+
+def _saved_tree(c: "_client.Client", run: str, step: Optional[int], rank: int,
+                timeout: float) -> Tuple[int, Dict[str, Any]]:
+    """(step, tree) as this trainer saved it, or as trainer 0 did when this trainer did
+    not exist then."""
+    result = c.restore(run, step, {}, trainer_id=rank, trainer_state=True, timeout=timeout)
+    if _TREE_KEY not in result.trainer_state and rank != 0:
+        result = c.restore(run, result.step, {}, trainer_id=0, trainer_state=True, timeout=timeout)
+    if _TREE_KEY not in result.trainer_state:
+        raise ValueError(f"ckptd.torch: run '{run}' step {result.step} was not saved by ckptd.torch.save (no "
+                         f"state_dict structure in its trainer state)")
+    return result.step, json.loads(result.trainer_state[_TREE_KEY])
+
+
+def _rank_name(name: str, rank: int) -> str:
+    return f"{name}@rank{rank}"
+
+
+class _Plan:
+    """What one load reads and where each piece goes."""
+
+    def __init__(self, rank: int, strict: bool) -> None:
+        self.rank = rank
+        self.strict = strict
+        self.specs: Dict[str, Any] = {}
+        self.fills: List[Tuple[str, Any]] = []  # (name, destination tensor or shard)
+        self.creates: List[Tuple[str, Any, Any]] = []  # (name, container, key): a new tensor
+        self.missing: List[str] = []  # in the state_dict, not in the checkpoint
+        self.unexpected: List[str] = []  # in the checkpoint, not in the state_dict
+
+
+def _walk(dest: Any, saved: Optional[Dict[str, Any]], name: str, plan: _Plan) -> None:
+    """Matches the destination against the saved tree; saved None: nothing was saved
+    here."""
+    if isinstance(dest, dict):
+        saved_items = {json.dumps(k): (k, child) for k, child in saved["d"]} if saved and "d" in saved else {}
+        was_empty = not dest
+        for key, value in dest.items():
+            part = _join(name, _component(key, _is_tensor_leaf(value)))
+            found = saved_items.pop(json.dumps(key), None)
+            _walk(value, found[1] if found else None, part, plan)
+        for key, child in saved_items.values():
+            if was_empty:  # an empty dict is filled with what the checkpoint has there
+                _create(dest, key, child, plan)
+            else:
+                _unexpected(child, plan)
+        return
+    if isinstance(dest, (list, tuple)):
+        saved_list = (saved.get("l") or saved.get("u") or []) if saved else []
+        for i, value in enumerate(dest):
+            _walk(value, saved_list[i] if i < len(saved_list) else None, _join(name, str(i)), plan)
+        for child in saved_list[len(dest):]:
+            _unexpected(child, plan)
+        return
+    if saved is None or ("t" not in saved) != (not _is_tensor_leaf(dest)):
+        plan.missing.append(_rank_name(name, plan.rank) if isinstance(dest, PerRank) else name)
+        return
+    if not _is_tensor_leaf(dest):
+        return  # an int, a string...: set by _set_leaves once the tensors are read
+    if isinstance(dest, PerRank):
+        stored = _rank_name(name, plan.rank)
+        plan.specs[stored] = None
+        plan.fills.append((stored, dest.tensor))
+    elif not _is_sharded(dest):
+        plan.specs[saved["t"]] = None
+        plan.fills.append((saved["t"], dest))
+    else:  # a ShardedTensor: the boxes of its local shards
+        shards = dest.local_shards()
+        if len(shards) > 1:
+            raise ValueError(f"ckptd.torch: '{name}' has {len(shards)} local shards on rank {plan.rank}; one per "
+                             f"trainer is supported")
+        for shard in shards:
+            meta = shard.metadata
+            plan.specs[saved["t"]] = _client.RestoreSpec(start=list(meta.shard_offsets),
+                                                         length=list(meta.shard_sizes))
+            plan.fills.append((saved["t"], shard.tensor))
+
+
+def _unexpected(node: Dict[str, Any], plan: _Plan) -> None:
+    names: List[str] = []
+    _names_of(node, names)
+    plan.unexpected.extend(names or ["(a non-tensor entry)"])
+
+
+def _names_of(node: Dict[str, Any], out: List[str]) -> None:
+    if "t" in node:
+        out.append(node["t"])
+    for _, child in node.get("d", []):
+        _names_of(child, out)
+    for child in node.get("l", node.get("u", [])):
+        _names_of(child, out)
+
+
+def _create(container: Dict[Any, Any], key: Any, node: Dict[str, Any], plan: _Plan) -> None:
+    """A subtree the destination lacks, built from the checkpoint (tensors are filled
+    once read)."""
+    if "v" in node:
+        container[key] = node["v"]
+    elif "t" in node:
+        container[key] = None
+        plan.specs[node["t"]] = None
+        plan.creates.append((node["t"], container, key))
+    elif "d" in node:
+        container[key] = {}
+        for k, child in node["d"]:
+            _create(container[key], k, child, plan)
+    else:  # a list (a saved tuple comes back as a list: its tensors are set once read)
+        items = node.get("l", node.get("u", []))
+        holder: Dict[Any, Any] = {}
+        for i, child in enumerate(items):
+            _create(holder, i, child, plan)
+        container[key] = [holder[i] for i in range(len(items))]
+        for i, (name, where, at) in enumerate(plan.creates):
+            if where is holder:
+                plan.creates[i] = (name, container[key], at)
+
+
+def _set_leaves(dest: Any, saved: Optional[Dict[str, Any]]) -> None:
+    """Non-tensor leaves of the saved tree into the destination's dicts and lists."""
+    if saved is None:
+        return
+    if isinstance(dest, dict) and "d" in saved:
+        by_key = {json.dumps(k): child for k, child in saved["d"]}
+        for key in list(dest.keys()):
+            child = by_key.get(json.dumps(key))
+            if child is not None and "v" in child and not _is_tensor_leaf(dest[key]):
+                dest[key] = child["v"]
+            else:
+                _set_leaves(dest[key], child)
+    elif isinstance(dest, list) and "l" in saved:
+        for i, child in enumerate(saved["l"][:len(dest)]):
+            if "v" in child and not _is_tensor_leaf(dest[i]):
+                dest[i] = child["v"]
+            else:
+                _set_leaves(dest[i], child)
+    elif isinstance(dest, tuple) and "u" in saved:
+        for value, child in zip(dest, saved["u"]):
+            _set_leaves(value, child)
+
+
+def _as_torch(result: Optional["_client.RestoreResult"], name: str) -> "torch.Tensor":
+    assert result is not None  # a plan with pieces to read restored them
+    array = result[name]
+    assert isinstance(array, np.ndarray)  # one box per tensor: never a list of arrays
+    dtype_name = result.dtypes[name]
+    if dtype_name == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, client: Optional["_client.Client"] = None,
+         strict: bool = True, timeout: float = 600.0) -> int:
+    """Fills `state_dict` in place from (run, step), or from the newest committed step
+    when step is None, and returns the step restored. Works whatever the world size
+    and sharding were at save time."""
+    rank, _ = _world()
+    c = _client_for(client)
+    step, tree = _saved_tree(c, run, step, rank, timeout)
+    plan = _Plan(rank, strict)
+    _walk(state_dict, tree, "", plan)
+    stored = {name for name, _, _ in c.list_tensors(run, step, timeout=timeout)[1]}
+    for name in [n for n in plan.specs if n not in stored]:  # a rank that did not exist at save time
+        del plan.specs[name]
+        plan.missing.append(name)
+    plan.fills = [(n, d) for n, d in plan.fills if n in plan.specs]
+    if strict and (plan.missing or plan.unexpected):
+        parts = []
+        if plan.missing:
+            parts.append(f"missing from the checkpoint: {', '.join(plan.missing[:20])}")
+        if plan.unexpected:
+            parts.append(f"in the checkpoint but not in the state_dict: {', '.join(plan.unexpected[:20])}")
+        raise KeyError(f"ckptd.torch.load of run '{run}' step {step}: " + "; ".join(parts) +
+                       " (strict=False loads what matches)")
+    result = c.restore(run, step, plan.specs, trainer_id=rank, timeout=timeout) if plan.specs else None
+    for name, dest in plan.fills:
+        source = _as_torch(result, name)
+        if tuple(source.shape) != tuple(dest.shape):
+            raise ValueError(f"ckptd.torch.load: '{name}' is {list(source.shape)} in run '{run}' step {step}, "
+                             f"{list(dest.shape)} in the state_dict")
+        with torch.no_grad():
+            dest.copy_(source)
+    for name, container, key in plan.creates:
+        container[key] = _as_torch(result, name).clone()
+    _set_leaves(state_dict, tree)
+    return step

@@ -153,6 +153,11 @@ def _is_sharded(value: Any) -> bool:
     return sharded is not None and isinstance(value, sharded)
 
 
+def _is_position(value: Any) -> bool:
+    """A ckptd.data position: one row per trainer of a table every load reads whole."""
+    return hasattr(value, "_ckptd_row") and hasattr(value, "_ckptd_load")
+
+
 def _is_tensor_leaf(value: Any) -> bool:
     return isinstance(value, (torch.Tensor, PerRank)) or _is_sharded(value)
 
@@ -173,6 +178,8 @@ def _describe(value: Any, name: str, rank: int, leaves: Dict[str, Any]) -> Dict[
                 [_describe(v, _join(name, str(i)), rank, leaves) for i, v in enumerate(value)]}
     if isinstance(value, PerRank):
         return {"t": f"{name}@rank{rank}", "kind": "rank"}
+    if _is_position(value):
+        return {"rows": name, "shared": value._ckptd_shared()}
     if _is_tensor_leaf(value):
         return {"t": name, "kind": "sharded" if _is_sharded(value) else "plain"}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -192,6 +199,8 @@ def _tensors(value: Any, node: Dict[str, Any], out: List[Tuple[str, Any]]) -> No
             _tensors(v, child, out)
     elif "t" in node:
         out.append((node["t"], value))
+    elif "rows" in node:
+        out.append((node["rows"], value))
 
 
 def _numpy(tensor: "torch.Tensor") -> Tuple["np.ndarray[Any, Any]", Optional[str]]:
@@ -222,6 +231,13 @@ def save(state_dict: Dict[str, Any], run: str, step: int, client: Optional["_cli
         raise ValueError(f"ckptd.torch: two entries of the state_dict flatten to the same name: {twice}")
     specs: Dict[str, Any] = {}
     for name, value in found:
+        if _is_position(value):
+            if (value.rank, value.world) != (rank, world):
+                raise ValueError(f"ckptd.torch: '{name}' is trainer {value.rank} of {value.world}, but this process "
+                                 f"is {rank} of {world}")
+            row = np.asarray([value._ckptd_row()], dtype=np.int64)
+            specs[name] = _client.TensorSpec(row, global_shape=[world, row.shape[1]], start=[rank, 0])
+            continue
         if isinstance(value, PerRank):
             array, dtype = _numpy(value.tensor)
             specs[name] = _client.TensorSpec(array, dtype=dtype) if dtype else array
@@ -276,6 +292,7 @@ class _Plan:
         self.specs: Dict[str, Any] = {}
         self.fills: List[Tuple[str, Any]] = []  # (name, destination tensor or shard)
         self.creates: List[Tuple[str, Any, Any]] = []  # (name, container, key): a new tensor
+        self.positions: List[Tuple[str, Any, Dict[str, Any]]] = []  # (name, ckptd.data position, shared)
         self.missing: List[str] = []  # in the state_dict, not in the checkpoint
         self.unexpected: List[str] = []  # in the checkpoint, not in the state_dict
 
@@ -302,6 +319,13 @@ def _walk(dest: Any, saved: Optional[Dict[str, Any]], name: str, plan: _Plan) ->
             _walk(value, saved_list[i] if i < len(saved_list) else None, _join(name, str(i)), plan)
         for child in saved_list[len(dest):]:
             _unexpected(child, plan)
+        return
+    if _is_position(dest):
+        if saved is None or "rows" not in saved:
+            plan.missing.append(name)
+        else:
+            plan.specs[saved["rows"]] = None
+            plan.positions.append((saved["rows"], dest, saved["shared"]))
         return
     if saved is None or ("t" not in saved) != (not _is_tensor_leaf(dest)):
         plan.missing.append(_rank_name(name, plan.rank) if isinstance(dest, PerRank) else name)
@@ -334,8 +358,8 @@ def _unexpected(node: Dict[str, Any], plan: _Plan) -> None:
 
 
 def _names_of(node: Dict[str, Any], out: List[str]) -> None:
-    if "t" in node:
-        out.append(node["t"])
+    if "t" in node or "rows" in node:
+        out.append(node.get("t", node.get("rows")))
     for _, child in node.get("d", []):
         _names_of(child, out)
     for child in node.get("l", node.get("u", [])):
@@ -347,10 +371,11 @@ def _create(container: Dict[Any, Any], key: Any, node: Dict[str, Any], plan: _Pl
     once read)."""
     if "v" in node:
         container[key] = node["v"]
-    elif "t" in node:
+    elif "t" in node or "rows" in node:  # a position's table comes back as its tensor
+        name = node.get("t", node.get("rows"))
         container[key] = None
-        plan.specs[node["t"]] = None
-        plan.creates.append((node["t"], container, key))
+        plan.specs[name] = None
+        plan.creates.append((name, container, key))
     elif "d" in node:
         container[key] = {}
         for k, child in node["d"]:
@@ -414,6 +439,7 @@ def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, clien
         del plan.specs[name]
         plan.missing.append(name)
     plan.fills = [(n, d) for n, d in plan.fills if n in plan.specs]
+    plan.positions = [(n, d, shared) for n, d, shared in plan.positions if n in plan.specs]
     if strict and (plan.missing or plan.unexpected):
         parts = []
         if plan.missing:
@@ -430,6 +456,9 @@ def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, clien
                              f"{list(dest.shape)} in the state_dict")
         with torch.no_grad():
             dest.copy_(source)
+    for name, position, shared in plan.positions:
+        assert result is not None
+        position._ckptd_load(np.asarray(result[name]), shared)
     for name, container, key in plan.creates:
         container[key] = _as_torch(result, name).clone()
     _set_leaves(state_dict, tree)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -128,3 +129,48 @@ def test_sharded_tensor_imports_through_a_fix_that_never_touches_torchs_files():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ShardedTensor", r.stderr[-2000:]
     assert hashlib.sha256(open(origin, "rb").read()).hexdigest() == before
+
+
+DATA_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data_worker.py")
+
+
+def data_trainers(job, phase, kind, world, run, tmp_path):
+    store = tmp_path / f"store-{phase}-{kind}-{world}"
+    outs = [str(tmp_path / f"{phase}-{kind}-{world}-{r}.json") for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, DATA_WORKER, phase, kind, str(r), str(world), str(store),
+                               job.address(r % job.ranks), run, "5", outs[r]],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    return procs, outs
+
+
+@pytest.mark.parametrize("kind", ["shards", "global"])
+@pytest.mark.parametrize("before,after", [(4, 3), (2, 4), (3, 3)])
+def test_data_positions_resume_on_another_world_size_reading_every_sample_exactly_once(job, tmp_path, kind,
+                                                                                     before, after):
+    """Trainers read unevenly, save their positions, read on and are killed; a job of
+    another size loads and reads to the end. What was read before the save plus what
+    is read after the load is the dataset, each sample once."""
+    run = f"data-{kind}-{before}-{after}"
+    procs, outs = data_trainers(job, "first", kind, before, run, tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while not all(os.path.exists(o + ".saved") for o in outs):  # the step is committed
+            for r, p in enumerate(procs):
+                assert p.poll() is None, f"trainer {r} stopped: {p.communicate()[0][-3000:]}"
+            assert time.monotonic() < deadline, "the first job never saved"
+            time.sleep(0.01)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    consumed_before = [i for o in outs for i in json.load(open(o))]
+    procs, outs = data_trainers(job, "resume", kind, after, run, tmp_path)
+    for r, p in enumerate(procs):
+        output, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, f"trainer {r} of {after}: {output[-3000:]}"
+    consumed_after = [i for o in outs for i in json.load(open(o))]
+    size = 105 if kind == "shards" else 101
+    assert len(consumed_before) > 0 and len(consumed_after) > 0
+    assert sorted(consumed_before + consumed_after) == list(range(size)), (len(consumed_before),
+                                                                          len(consumed_after))

@@ -463,3 +463,168 @@ def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, clien
         container[key] = _as_torch(result, name).clone()
     _set_leaves(state_dict, tree)
     return step
+
+
+# --- A storage backend for PyTorch's Distributed Checkpoint (DCP) -------------------
+
+try:  # a newer torch
+    from torch.distributed.checkpoint import (LoadPlan, LoadPlanner, Metadata, SavePlan, SavePlanner,
+                                              StorageReader as _DcpReader, StorageWriter as _DcpWriter, WriteResult)
+    from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+except ImportError:  # torch 1.13, as Debian 12 ships it
+    from torch.distributed._shard.checkpoint.metadata import Metadata
+    from torch.distributed._shard.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, SavePlan,
+                                                             SavePlanner, WriteItemType)
+    from torch.distributed._shard.checkpoint.storage import StorageReader as _DcpReader
+    from torch.distributed._shard.checkpoint.storage import StorageWriter as _DcpWriter
+    from torch.distributed._shard.checkpoint.storage import WriteResult
+
+import io  # noqa: E402
+import pickle  # noqa: E402
+
+from torch.futures import Future  # noqa: E402
+
+_DCP_METADATA = "dcp/metadata"
+_DCP_BYTES = "dcp/bytes/"
+
+
+class StorageWriter(_DcpWriter):  # type: ignore[misc]
+    """DCP's storage interface over ckptd: save_state_dict(sd,
+    storage_writer=ckptd.torch.StorageWriter(run, step)) saves a ckptd step, with DCP's
+    planner unchanged. Each rank's tensors are one Save to its host's daemon; DCP's
+    metadata travels in the coordinator's Save, so ckptd's commit, not a metadata file
+    written last, makes the step whole or absent. durable: save_state_dict returns once
+    the step is committed on every host (else once every rank's bytes are staged).
+    Non-tensor entries are pickled, as DCP pickles them, into the writing trainer's
+    state."""
+
+    def __init__(self, run: str, step: int, client: Optional["_client.Client"] = None, durable: bool = True) -> None:
+        super().__init__()
+        self.run, self.step, self.durable = run, step, durable
+        self.client = _client_for(client)
+        self.is_coordinator = False
+        self.rank, self.world = _world()
+        self._specs: Dict[str, Any] = {}
+        self._state: Dict[str, bytes] = {}
+
+    def init(self, is_coordinator: bool) -> None:
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        return plans
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
+        results = []
+        for item in plan.items:
+            fqn = item.index.fqn
+            if item.type == WriteItemType.BYTE_IO:
+                data = planner.resolve_data(item)
+                self._state[_DCP_BYTES + fqn] = bytes(data.getbuffer())
+                results.append(WriteResult(index=item.index, size_in_bytes=len(self._state[_DCP_BYTES + fqn]),
+                                           storage_data={"trainer": self.rank}))
+                continue
+            if fqn in self._specs:
+                raise ValueError(f"ckptd.torch.StorageWriter: '{fqn}' has two chunks on rank {self.rank}; one per "
+                                 f"trainer is supported")
+            tensor = planner.resolve_data(item)
+            array, dtype = _numpy(tensor)
+            chunk = item.tensor_data.chunk
+            self._specs[fqn] = _client.TensorSpec(array, global_shape=list(item.tensor_data.size),
+                                                  start=list(chunk.offsets), dtype=dtype)
+            results.append(WriteResult(index=item.index, size_in_bytes=array.nbytes, storage_data={"name": fqn}))
+        if not self.is_coordinator:  # the coordinator saves in finish(), with the metadata
+            self._save()
+        future: "Future[List[WriteResult]]" = Future()
+        future.set_result(results)
+        return future
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        metadata.storage_data = {r.index: r.storage_data for rank_results in results for r in rank_results}
+        self._state[_DCP_METADATA] = pickle.dumps(metadata)
+        self._save()
+        if self.durable:
+            self.client.wait(self.run, self.step)
+
+    def _save(self) -> None:
+        self.client.save(self.run, self.step, self._specs, trainer_id=self.rank, trainer_count=self.world,
+                         trainer_state=self._state)
+
+
+class StorageReader(_DcpReader):  # type: ignore[misc]
+    """DCP's storage interface over ckptd: load_state_dict(sd,
+    storage_reader=ckptd.torch.StorageReader(run)) loads the newest committed step (or
+    `step`) into any sharding, DCP's planner deciding what each rank reads; each rank
+    asks its host's daemon for exactly the boxes it needs."""
+
+    def __init__(self, run: str, step: Optional[int] = None, client: Optional["_client.Client"] = None) -> None:
+        super().__init__()
+        self.run, self.step = run, step
+        self.client = _client_for(client)
+        self.storage_data: Dict[Any, Any] = {}
+        self._states: Dict[int, Dict[str, bytes]] = {}
+
+    def _trainer_state(self, trainer: int) -> Dict[str, bytes]:
+        if trainer not in self._states:
+            result = self.client.restore(self.run, self.step, {}, trainer_id=trainer, trainer_state=True)
+            self.step = result.step  # every later read is of the same step
+            self._states[trainer] = result.trainer_state
+        return self._states[trainer]
+
+    def read_metadata(self) -> Metadata:
+        # DCP's coordinator is rank 0 unless save_state_dict was told another; a trainer
+        # with no state at all means the saving job had no more trainers.
+        for trainer in range(4096):
+            state = self._trainer_state(trainer)
+            if _DCP_METADATA in state:
+                metadata: Metadata = pickle.loads(state[_DCP_METADATA])
+                return metadata
+            if not state:
+                break
+        raise ValueError(f"ckptd.torch.StorageReader: run '{self.run}' step {self.step} was not saved through "
+                         f"ckptd.torch.StorageWriter (no DCP metadata in its trainer state)")
+
+    def init(self, metadata: Metadata, is_coordinator: bool) -> None:
+        self.storage_data = metadata.storage_data
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
+        tensors: List[Any] = []
+        for item in plan.items:
+            if item.type == LoadItemType.BYTE_IO:
+                where = self.storage_data[item.storage_index]
+                data = self._trainer_state(where["trainer"])[_DCP_BYTES + item.storage_index.fqn]
+                planner.load_bytes(item, io.BytesIO(data))
+            else:
+                tensors.append(item)
+        # One restore per round, each naming a tensor at most once (a destination that
+        # overlaps two saved chunks of a tensor has two items of it).
+        while tensors:
+            batch: Dict[str, Any] = {}
+            later = []
+            for item in tensors:
+                name = self.storage_data[item.storage_index]["name"]
+                if name in batch:
+                    later.append(item)
+                    continue
+                chunk_start = item.storage_index.offset or [0] * len(item.lengths)
+                batch[name] = (item, [int(a) + int(b) for a, b in zip(chunk_start, item.storage_offsets)])
+            specs = {name: _client.RestoreSpec(start=start, length=list(item.lengths))
+                     for name, (item, start) in batch.items()}
+            result = self.client.restore(self.run, self.step, specs)
+            for name, (item, _) in batch.items():
+                target = planner.resolve_tensor(item).detach()
+                with torch.no_grad():
+                    target.copy_(_as_torch(result, name).reshape(target.shape))
+                planner.commit_tensor(item, target)
+            tensors = later
+        future: "Future[None]" = Future()
+        future.set_result(None)
+        return future

@@ -71,3 +71,37 @@ def job(tmp_path):
     if code != 0:
         sys.stderr.write(open(j.log_path).read())
     assert code == 0, f"mpirun exited {code}"
+
+
+def run_docstring_demo(example, demo_placeholder, demo_dir):
+    """An example's docstring commands as written (a daemon line, a training line that
+    dies, one that resumes), with only `demo_placeholder` moved to `demo_dir` and the
+    daemon binary to the build under test; mpirun's run-as-root consent comes from the
+    environment, and PYTHONPATH is dropped when the script's own fallback (the
+    build/python beside it) is the package under test. Returns (resume line, the
+    dying run, the resumed run) as CompletedProcess objects after the first."""
+    source = os.environ.get("CKPTD_SOURCE_DIR", ".")
+    text = open(example).read()
+    doc = text[text.index('"""') + 3:text.index('"""', text.index('"""') + 3)]
+    daemon, first, second = [line.strip() for line in doc.splitlines() if line.strip().startswith("mpirun ")]
+
+    def as_run(command):
+        command = command.split("#")[0].strip().rstrip("&").strip()
+        command = command.replace(demo_placeholder, demo_dir).replace("build/ckptd", os.environ["CKPTD_BINARY"])
+        return command.replace("mpirun ", os.environ.get("MPIEXEC", "mpirun") + " ", 1)
+
+    env = daemon_env()
+    built = os.path.join(source, "build", "python")
+    if os.path.isdir(built) and os.path.samefile(built, env.get("PYTHONPATH", "").split(":")[0] or "."):
+        env.pop("PYTHONPATH")
+    daemons = subprocess.Popen(as_run(daemon), shell=True, cwd=source, env=env, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        killed = subprocess.run(as_run(first), shell=True, cwd=source, env=env, capture_output=True, text=True,
+                                timeout=600)
+        resumed = subprocess.run(as_run(second), shell=True, cwd=source, env=env, capture_output=True, text=True,
+                                 timeout=600)
+        return second, killed, resumed
+    finally:
+        os.killpg(daemons.pid, signal.SIGTERM)
+        daemons.wait(timeout=60)

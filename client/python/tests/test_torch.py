@@ -30,7 +30,7 @@ def run_world(job, mode, world, run, step, tmp_path, *extra):
     for r, p in enumerate(procs):
         output, _ = p.communicate(timeout=300)
         assert p.returncode == 0, f"trainer {r} of {world} ({mode}): {output[-3000:]}"
-    return [json.load(open(o)) for o in outs] if mode == "load" else None
+    return [json.load(open(o)) for o in outs] if "load" in mode else None
 
 
 def test_a_state_dict_resumes_on_another_world_size_and_sharding(job, tmp_path):
@@ -50,6 +50,16 @@ def test_a_state_dict_resumes_on_another_world_size_and_sharding(job, tmp_path):
     found = run_world(job, "load", 2, "tw", 20, tmp_path)
     assert all(f["step"] == 20 and f["model_equal"] and f["emb_equal"] for f in found), found
     assert [f["mine"] for f in found] == [[0.0, 0.0], [1.0, 1.0]]
+
+
+def test_dcp_saves_through_ckptd_and_loads_into_another_sharding_with_its_own_planner(job, tmp_path):
+    run_world(job, "dcp-save", 2, "dcp", 3, tmp_path)
+    with job.client(0) as c:  # committed (the writer waits), one ckptd step like any other
+        assert c.latest_step("dcp") == 3
+        assert sorted(n for n, _, _ in c.list_tensors("dcp", 3)[1]) == ["emb", "w"]
+    found = run_world(job, "dcp-load", 3, "dcp", 3, tmp_path)
+    assert [f["emb_rows"] for f in found] == [[[0, 4]], [[4, 4]], [[8, 4]]]
+    assert all(f["emb_equal"] and f["w"] == [0, 1, 2, 3, 4, 5] and f["meta"] == {"epoch": 5} for f in found), found
 
 
 def test_a_model_and_its_optimizer_round_trip_in_place_and_the_optimizer_state_is_created(job):

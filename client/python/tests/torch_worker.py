@@ -40,11 +40,35 @@ def embedding(world, fill):
     return st
 
 
+def dcp(mode, rank, world, client, run, step, out):
+    """DCP's own save_state_dict / load_state_dict, ckptd as the storage."""
+    from torch.distributed._shard.checkpoint import load_state_dict, save_state_dict
+    saving = mode == "dcp-save"
+    state = {"emb": embedding(world, fill=saving), "w": torch.arange(6.0) if saving else torch.zeros(6),
+             "meta": {"epoch": 5 if saving else 0}}
+    if saving:
+        save_state_dict(state, storage_writer=ckptd.torch.StorageWriter(run, step, client=client))
+        return
+    load_state_dict(state, storage_reader=ckptd.torch.StorageReader(run, client=client))
+    shards = state["emb"].local_shards()
+    with open(out, "w") as f:
+        json.dump({"emb_rows": [[int(s.metadata.shard_offsets[0]), int(s.metadata.shard_sizes[0])] for s in shards],
+                   "emb_equal": all(torch.equal(s.tensor, torch.arange(
+                       s.metadata.shard_offsets[0] * COLS, (s.metadata.shard_offsets[0] + s.metadata.shard_sizes[0]) *
+                       COLS, dtype=torch.float32).reshape(-1, COLS)) for s in shards),
+                   "w": state["w"].tolist(), "meta": state["meta"]}, f)
+
+
 def main():
     mode, rank, world, store, address, run, step, out = sys.argv[1:9]
     rank, world, step = int(rank), int(world), int(step)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     client = ckptd.Client(address)
+    if mode.startswith("dcp-"):
+        dcp(mode, rank, world, client, run, step, out)
+        client.close()
+        dist.destroy_process_group()
+        return
     saving = mode == "save"
     net = model(7 if saving else 99)
     state = {

@@ -30,7 +30,9 @@
 #   peers      --peers: PyTorch DCP (save with fsync, cold load) and parallel HDF5
 #              (collective write, cold read) on the same bytes with one rank per
 #              daemon (scripts/bench_peers.py, median of --repeat runs), and ckptd's
-#              ratios to them
+#              ratios to them; and DCP's own calls with ckptd as its storage
+#              (ckptd.torch.StorageWriter/Reader): how long save blocks the loop,
+#              the time to durable and the load, beside DCP on files
 #   segments   the trainers' shared-memory segments go in huge pages, as the client
 #              makes them where the host allows huge pages: as root the bench lets
 #              the kernel hand out huge pages on demand for its runs
@@ -221,9 +223,17 @@ rm -rf "$WORK/root-grpc"
 PEER="{}"
 if [ "$PEERS" = 1 ]; then
   bash scripts/install-deps.sh --peers > /dev/null
-  echo "== peers: PyTorch DCP and parallel HDF5, 2 ranks, the same bytes" >&2
-  PEER=$("${MPIRUN[@]}" -np 2 /usr/bin/python3 scripts/bench_peers.py --dir "$WORK" --bytes "$BYTES" \
-    --repeat "$REPEAT") || { echo "bench.sh: the peers' run failed" >&2; exit 1; }
+  echo "== peers: PyTorch DCP (on files, and on ckptd), parallel HDF5, 2 ranks, the same bytes" >&2
+  # DCP with ckptd as its storage saves through daemons of its own.
+  DCP_SOCK="$WORK/sock/dcp-{rank}.sock"
+  "${MPIRUN[@]}" -np 2 "$BIN/ckptd" --root "$WORK/root-dcp" --socket "$DCP_SOCK" --commit-timeout 600s \
+    > "$WORK/daemons-dcp.log" 2>&1 &
+  MPIRUN_PID=$!
+  PEER=$("${MPIRUN[@]}" -np 2 -x PYTHONPATH="$BIN/python" /usr/bin/python3 scripts/bench_peers.py --dir "$WORK" \
+    --bytes "$BYTES" --repeat "$REPEAT" --ckptd-socket "$DCP_SOCK") || {
+    cat "$WORK/daemons-dcp.log" >&2; echo "bench.sh: the peers' run failed" >&2; exit 1; }
+  stop_daemons
+  rm -rf "$WORK/root-dcp"
 fi
 
 MULTI="{}"

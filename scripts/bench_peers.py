@@ -11,6 +11,11 @@ back from a cold page cache (dropped before each load where this process may):
         ShardedTensor split by rows over the ranks; save_state_dict with
         FileSystemWriter(sync_files=True), then load_state_dict into ShardedTensors of
         the same layout.
+  dcp-ckptd  the same DCP calls with ckptd.torch.StorageWriter(durable=False) and
+        StorageReader against the daemons of --ckptd-socket: blocked_s is how long
+        save_state_dict holds the training loop (until every rank's bytes are staged),
+        save_s adds the wait until the step is committed (durable); for plain DCP
+        both are the same.
   hdf5  parallel HDF5 (Debian's python3-h5py-mpi): one file, one dataset per tensor,
         each rank writes and then reads its row slab collectively (MPI-IO); the file is
         fsynced before the save counts as done.
@@ -20,20 +25,15 @@ Prints one JSON object from rank 0: for each peer, save_s, save_gbps, load_s, lo
 that cannot run here carries "error" instead. Each figure is the median of --repeat runs.
 
 torch 1.13 (where DCP is torch.distributed._shard.checkpoint) cannot import it on Python 3.11: a dataclass in
-torch/distributed/_shard/sharded_tensor/metadata.py has a mutable default. The module is
-patched as it is imported, in this process only (an import hook below); the installed
-files are never changed.
+torch/distributed/_shard/sharded_tensor/metadata.py has a mutable default. import ckptd.torch (PYTHONPATH: the
+build's python/) loads that module with the fix, in this process only; the installed files are never changed.
 """
 
 import argparse
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
 import statistics
-import sys
 import time
 
 from mpi4py import MPI
@@ -43,30 +43,6 @@ from bench_ceiling import drop_page_cache
 COMM = MPI.COMM_WORLD
 RANK, RANKS = COMM.Get_rank(), COMM.Get_size()
 TENSORS, COLS = 8, 1024
-PATCHED = "torch.distributed._shard.sharded_tensor.metadata"
-
-
-class MutableDefaultFix(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Loads PATCHED from its installed source with default=X() turned into
-    default_factory=X, which is what the dataclass meant and Python 3.11 requires."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != PATCHED:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname.rsplit(".", 1)[1], path)
-        if spec is None:
-            return None
-        self.origin = spec.origin
-        return importlib.util.spec_from_file_location(fullname, spec.origin, loader=self)
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        with open(self.origin) as f:
-            source = f.read()
-        source = source.replace("field(default=TensorProperties())", "field(default_factory=TensorProperties)")
-        exec(compile(source, self.origin, "exec"), module.__dict__)
 
 
 def slowest(seconds):
@@ -85,18 +61,25 @@ def timed(fn):
     return slowest(time.perf_counter() - start)
 
 
-def bench_dcp(directory, total_bytes, repeat):
-    sys.meta_path.insert(0, MutableDefaultFix())
-    import torch
+def dcp_job():
+    """torch.distributed over gloo and DCP's module, for the DCP peers."""
+    import ckptd.torch  # noqa: F401 - first: it makes torch.distributed._shard importable here
     import torch.distributed as dist
     try:
         import torch.distributed.checkpoint as dcp
     except ImportError:  # torch 1.13 ships DCP under its earlier name
         import torch.distributed._shard.checkpoint as dcp
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(COMM.bcast(29500 + os.getpid() % 1000 if RANK == 0 else None)))
+        dist.init_process_group("gloo", rank=RANK, world_size=RANKS)
+    return dcp
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(COMM.bcast(29500 + os.getpid() % 1000 if RANK == 0 else None)))
-    dist.init_process_group("gloo", rank=RANK, world_size=RANKS)
+
+def run_dcp(total_bytes, repeat, save, wait, load):
+    """save(state, run) / wait(run) / load(into, run) with ShardedTensors split by rows, as
+    ckptd-bench's trainers hold them; (blocked, durable, load) seconds of each run."""
+    import torch
     from torch.distributed._shard.metadata import ShardMetadata
     from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
 
@@ -109,20 +92,51 @@ def bench_dcp(directory, total_bytes, repeat):
     saved = {f"layer{i}/kernel": row_sharded(torch.rand(mine, COLS)) for i in range(TENSORS)}
     into = {name: row_sharded(torch.zeros(mine, COLS)) for name in saved}
     local = lambda t: t.local_shards()[0].tensor
-    saves, loads, dropped = [], [], True
+    blocked, saves, loads, dropped = [], [], [], True
     for run in range(repeat):
-        path = os.path.join(directory, f"dcp-{run}")
-        saves.append(timed(lambda: dcp.save_state_dict(saved, dcp.FileSystemWriter(path, sync_files=True))))
+        COMM.Barrier()
+        start = time.perf_counter()
+        save(saved, run)
+        blocked.append(slowest(time.perf_counter() - start))
+        wait(run)
+        saves.append(slowest(time.perf_counter() - start))
         if RANK == 0:
             dropped = drop_page_cache() and dropped
-        loads.append(timed(lambda: dcp.load_state_dict(into, dcp.FileSystemReader(path))))
+        loads.append(timed(lambda: load(into, run)))
         if not all(torch.equal(local(saved[n]), local(into[n])) for n in saved):
             raise RuntimeError("DCP loaded other bytes than it saved")
-    dist.destroy_process_group()
-    return saves, loads, dropped, rows * COLS * 4 * TENSORS
+    return blocked, saves, loads, dropped, rows * COLS * 4 * TENSORS
 
 
-def bench_hdf5(directory, total_bytes, repeat):
+def bench_dcp(directory, total_bytes, repeat, socket):
+    dcp = dcp_job()
+    path = lambda run: os.path.join(directory, f"dcp-{run}")
+    return run_dcp(total_bytes, repeat,
+                   lambda sd, run: dcp.save_state_dict(sd, dcp.FileSystemWriter(path(run), sync_files=True)),
+                   lambda run: None,
+                   lambda sd, run: dcp.load_state_dict(sd, dcp.FileSystemReader(path(run))))
+
+
+def bench_dcp_ckptd(directory, total_bytes, repeat, socket):
+    """DCP's calls, ckptd as its storage (the daemon of this rank's index on the socket)."""
+    if not socket:
+        raise RuntimeError("no --ckptd-socket: no daemons to save through")
+    dcp = dcp_job()
+    import ckptd
+    import ckptd.torch
+    client = ckptd.Client(socket.replace("{rank}", str(RANK)))
+    try:
+        return run_dcp(total_bytes, repeat,
+                       lambda sd, run: dcp.save_state_dict(
+                           sd, ckptd.torch.StorageWriter("dcp-bench", run, client=client, durable=False)),
+                       lambda run: ckptd.torch.wait("dcp-bench", run, client=client),
+                       lambda sd, run: dcp.load_state_dict(
+                           sd, ckptd.torch.StorageReader("dcp-bench", run, client=client)))
+    finally:
+        client.close()
+
+
+def bench_hdf5(directory, total_bytes, repeat, socket):
     import h5py
     import numpy as np
 
@@ -159,7 +173,7 @@ def bench_hdf5(directory, total_bytes, repeat):
         loads.append(timed(load))
         if not all(np.array_equal(a, b) for a, b in zip(slabs, into)):
             raise RuntimeError("HDF5 read other bytes than it wrote")
-    return saves, loads, dropped, rows * COLS * 4 * TENSORS
+    return saves, saves, loads, dropped, rows * COLS * 4 * TENSORS
 
 
 def main():
@@ -167,7 +181,8 @@ def main():
     parser.add_argument("--dir", required=True)
     parser.add_argument("--bytes", type=int, required=True)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--peers", default="dcp,hdf5")
+    parser.add_argument("--peers", default="dcp,dcp-ckptd,hdf5")
+    parser.add_argument("--ckptd-socket", default="", help="the daemons dcp-ckptd saves through ({rank}: the rank's)")
     args = parser.parse_args()
     out = {}
     for peer in args.peers.split(","):
@@ -176,12 +191,14 @@ def main():
             os.makedirs(work, exist_ok=True)
         COMM.Barrier()
         try:
-            saves, loads, dropped, nbytes = {"dcp": bench_dcp, "hdf5": bench_hdf5}[peer](work, args.bytes, args.repeat)
+            bench = {"dcp": bench_dcp, "dcp-ckptd": bench_dcp_ckptd, "hdf5": bench_hdf5}[peer]
+            blocked, saves, loads, dropped, nbytes = bench(work, args.bytes, args.repeat, args.ckptd_socket)
             save_s, load_s = statistics.median(saves), statistics.median(loads)
-            out[peer] = {"ranks": RANKS, "bytes": nbytes, "save_s": save_s, "save_gbps": nbytes / save_s / 1e9,
+            out[peer] = {"ranks": RANKS, "bytes": nbytes, "blocked_s": statistics.median(blocked),
+                         "save_s": save_s, "save_gbps": nbytes / save_s / 1e9,
                          "load_s": load_s, "load_gbps": nbytes / load_s / 1e9, "page_cache_dropped": dropped,
-                         "save_runs_s": saves, "load_runs_s": loads}
-        except (ImportError, RuntimeError) as e:  # a peer that cannot run here is reported
+                         "blocked_runs_s": blocked, "save_runs_s": saves, "load_runs_s": loads}
+        except Exception as e:  # noqa: BLE001 - a peer that cannot run here is reported, not fatal
             out[peer] = {"error": f"{type(e).__name__}: {e}"}
         COMM.Barrier()
         if RANK == 0:

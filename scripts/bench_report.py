@@ -136,6 +136,8 @@ def peers_section(r, peers):
     print("| peer                 | save GB/s | ckptd save / peer | load GB/s | ckptd restore / peer |")
     print("|----------------------|-----------|-------------------|-----------|----------------------|")
     names = {"dcp": "PyTorch DCP", "hdf5": "parallel HDF5"}
+    through = peers.get("dcp-ckptd")  # ckptd itself, under DCP's calls: not a peer
+    peers = {k: v for k, v in peers.items() if k != "dcp-ckptd"}
     for key, peer in peers.items():
         if "error" in peer:
             print(f"| {names.get(key, key):<20} | could not run: {peer['error'][:120]}")
@@ -149,6 +151,28 @@ def peers_section(r, peers):
         r["restore_vs_fastest_peer"] = r["restore_gbps"] / max(loads)
         print(f"\ncold same-cut restore is {r['restore_vs_fastest_peer']:.2f}x the faster peer's cold load "
               f"(target >= 1.5x)")
+    if through is not None:
+        dcp_section(r, peers.get("dcp"), through)
+
+
+def dcp_section(r, files, through):
+    """DCP's own calls on its FileSystemWriter and on ckptd: the loop's stall, durable,
+    cold load."""
+    r["dcp_through_ckptd"] = through
+    print("\nPyTorch DCP's save_state_dict / load_state_dict: on files, and with ckptd as its storage "
+          "(seconds; page cache dropped before each load)\n")
+    print("| storage                  | save blocks the loop | save to durable | load      |")
+    print("|--------------------------|----------------------|-----------------|-----------|")
+    for name, x in [("FileSystemWriter (fsync)", files), ("ckptd.torch", through)]:
+        if x is None:
+            continue
+        if "error" in x:
+            print(f"| {name:<24} | could not run: {x['error'][:120]}")
+            continue
+        print(f"| {name:<24} | {x['blocked_s']:20.3f} | {x['save_s']:15.3f} | {x['load_s']:9.3f} |")
+    if files and through and "error" not in files and "error" not in through:
+        through["blocked_vs_files"] = through["blocked_s"] / files["blocked_s"]
+        print(f"\nwith ckptd, save_state_dict holds the loop {through['blocked_vs_files']:.2f}x as long as on files")
 
 
 def hosts_section(r, multi, hosts):

@@ -80,6 +80,19 @@ def test_peers_are_compared_with_ckptd_and_a_failed_peer_says_so(inputs):
     assert "| parallel HDF5        | could not run: h5py has no MPI support" in text
 
 
+def test_dcp_through_ckptd_is_shown_beside_dcp_on_files_and_is_not_a_peer(inputs):
+    with_dcp = copy.deepcopy(inputs)
+    with_dcp["peers"] = {"dcp": {"save_gbps": 0.5, "load_gbps": 1.0, "blocked_s": 4.0, "save_s": 4.0, "load_s": 2.0},
+                         "dcp-ckptd": {"save_gbps": 0.6, "load_gbps": 9.0, "blocked_s": 1.0, "save_s": 3.5,
+                                       "load_s": 0.5}}
+    r, text = render(with_dcp)
+    assert r["restore_vs_fastest_peer"] == pytest.approx(r["restore_gbps"] / 1.0)  # DCP on files only
+    assert "| FileSystemWriter (fsync) |                4.000 |           4.000 |     2.000 |" in text, text
+    assert "| ckptd.torch              |                1.000 |           3.500 |     0.500 |" in text, text
+    assert r["dcp_through_ckptd"]["blocked_vs_files"] == pytest.approx(0.25)
+    assert "holds the loop 0.25x as long as on files" in text
+
+
 def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
 

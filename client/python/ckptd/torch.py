@@ -34,6 +34,7 @@ lacks, or one the checkpoint has that the state_dict lacks, is an error naming i
 unless strict=False, as in Module.load_state_dict.
 """
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -108,6 +109,33 @@ def _sharded_tensor_type() -> Optional[type]:
     return sharded
 
 
+def _dtensor_type() -> Optional[type]:
+    """DTensor, where the installed torch has it (2.0 and later; Debian 12 has 1.13)."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return None
+    for module in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        try:
+            found: type = getattr(importlib.import_module(module), "DTensor")
+            return found
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _local_boxes(value: Any) -> Optional[List[Tuple["torch.Tensor", List[int]]]]:
+    """The local pieces of a ShardedTensor or DTensor and the offsets each begins at;
+    None for any other tensor."""
+    if _is_sharded(value):
+        return [(s.tensor, [int(o) for o in s.metadata.shard_offsets]) for s in value.local_shards()]
+    dtensor = _dtensor_type()
+    if dtensor is not None and isinstance(value, dtensor):
+        from torch.distributed._tensor._utils import compute_local_shape_and_global_offset
+        d: Any = value
+        _, offset = compute_local_shape_and_global_offset(d.shape, d.device_mesh, d.placements)
+        return [(d.to_local(), [int(o) for o in offset])]
+    return None
+
+
 class PerRank:
     """A tensor that differs per trainer (an RNG state, a rank-local buffer): stored as
     "NAME@rank<r>" and loaded by the trainer of the same rank."""
@@ -159,7 +187,7 @@ def _is_position(value: Any) -> bool:
 
 
 def _is_tensor_leaf(value: Any) -> bool:
-    return isinstance(value, (torch.Tensor, PerRank)) or _is_sharded(value)
+    return isinstance(value, (torch.Tensor, PerRank)) or _local_boxes(value) is not None
 
 
 def _join(prefix: str, part: str) -> str:
@@ -181,7 +209,7 @@ def _describe(value: Any, name: str, rank: int, leaves: Dict[str, Any]) -> Dict[
     if _is_position(value):
         return {"rows": name, "shared": value._ckptd_shared()}
     if _is_tensor_leaf(value):
-        return {"t": name, "kind": "sharded" if _is_sharded(value) else "plain"}
+        return {"t": name, "kind": "plain" if _local_boxes(value) is None else "sharded"}
     if value is None or isinstance(value, (bool, int, float, str)):
         leaves[name] = value
         return {"v": value}
@@ -242,19 +270,18 @@ def save(state_dict: Dict[str, Any], run: str, step: int, client: Optional["_cli
             array, dtype = _numpy(value.tensor)
             specs[name] = _client.TensorSpec(array, dtype=dtype) if dtype else array
             continue
-        if not _is_sharded(value):
+        boxes = _local_boxes(value)
+        if boxes is None:
             array, dtype = _numpy(value)
             specs[name] = _client.TensorSpec(array, dtype=dtype) if dtype else array
             continue
-        shards = value.local_shards()
-        if len(shards) > 1:
-            raise ValueError(f"ckptd.torch: '{name}' has {len(shards)} local shards on rank {rank}; one per "
+        if len(boxes) > 1:
+            raise ValueError(f"ckptd.torch: '{name}' has {len(boxes)} local shards on rank {rank}; one per "
                              f"trainer is supported")
-        if not shards:
+        if not boxes:
             continue  # other trainers hold all of it
-        array, dtype = _numpy(shards[0].tensor)
-        specs[name] = _client.TensorSpec(array, global_shape=list(value.size()),
-                                         start=list(shards[0].metadata.shard_offsets), dtype=dtype)
+        array, dtype = _numpy(boxes[0][0])
+        specs[name] = _client.TensorSpec(array, global_shape=list(value.size()), start=boxes[0][1], dtype=dtype)
     state = {_TREE_KEY: json.dumps(tree).encode()}
     return _client_for(client).save(run, step, specs, trainer_id=rank, trainer_count=world, trainer_state=state,
                                     timeout=timeout)
@@ -336,19 +363,17 @@ def _walk(dest: Any, saved: Optional[Dict[str, Any]], name: str, plan: _Plan) ->
         stored = _rank_name(name, plan.rank)
         plan.specs[stored] = None
         plan.fills.append((stored, dest.tensor))
-    elif not _is_sharded(dest):
+    elif _local_boxes(dest) is None:
         plan.specs[saved["t"]] = None
         plan.fills.append((saved["t"], dest))
-    else:  # a ShardedTensor: the boxes of its local shards
-        shards = dest.local_shards()
-        if len(shards) > 1:
-            raise ValueError(f"ckptd.torch: '{name}' has {len(shards)} local shards on rank {plan.rank}; one per "
+    else:  # a ShardedTensor or DTensor: the boxes of its local pieces
+        boxes = _local_boxes(dest) or []
+        if len(boxes) > 1:
+            raise ValueError(f"ckptd.torch: '{name}' has {len(boxes)} local shards on rank {plan.rank}; one per "
                              f"trainer is supported")
-        for shard in shards:
-            meta = shard.metadata
-            plan.specs[saved["t"]] = _client.RestoreSpec(start=list(meta.shard_offsets),
-                                                         length=list(meta.shard_sizes))
-            plan.fills.append((saved["t"], shard.tensor))
+        for local, start in boxes:
+            plan.specs[saved["t"]] = _client.RestoreSpec(start=start, length=list(local.shape))
+            plan.fills.append((saved["t"], local))
 
 
 def _unexpected(node: Dict[str, Any], plan: _Plan) -> None:

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/install-deps.sh installs it)")
 
 import ckptd  # noqa: E402
+import ckptd.data  # noqa: E402
 import ckptd.torch  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
@@ -184,3 +186,58 @@ def test_data_positions_resume_on_another_world_size_reading_every_sample_exactl
     assert len(consumed_before) > 0 and len(consumed_after) > 0
     assert sorted(consumed_before + consumed_after) == list(range(size)), (len(consumed_before),
                                                                           len(consumed_after))
+
+
+TORCH_MAJOR = int(torch.__version__.split(".")[0])
+
+
+def test_dtensor_is_mapped_only_where_torch_has_it():
+    """Debian 12's torch 1.13 has no DTensor: the code path that maps one stays off
+    there (and on a torch >= 2.0 it finds the class)."""
+    found = ckptd.torch._dtensor_type()
+    if TORCH_MAJOR < 2:
+        assert found is None
+    else:
+        assert found is not None and found.__name__ == "DTensor"
+
+
+@pytest.mark.skipif(TORCH_MAJOR < 2, reason=f"DTensor needs torch >= 2.0; this is {torch.__version__}")
+def test_a_dtensor_saves_its_local_shard_and_loads_into_another_placement(job, tmp_path):
+    import torch.distributed as dist
+    try:
+        from torch.distributed.tensor import DeviceMesh, Replicate, Shard, distribute_tensor
+    except ImportError:
+        from torch.distributed._tensor import DeviceMesh, Replicate, Shard, distribute_tensor
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        whole = torch.arange(24.0).reshape(6, 4)
+        with job.client(0) as c:
+            ckptd.torch.save({"w": distribute_tensor(whole, mesh, [Shard(0)])}, "dt", 1, client=c)
+            ckptd.torch.wait("dt", 1, client=c)
+            into = {"w": distribute_tensor(torch.zeros(6, 4), mesh, [Replicate()])}
+            ckptd.torch.load(into, "dt", client=c)
+            assert torch.equal(into["w"].to_local(), whole)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_shard_positions_take_a_user_given_assignment_and_refuse_a_table_that_does_not_partition():
+    blocks = lambda shard, world: (shard // 3) % world  # noqa: E731 - contiguous blocks of 3 shards
+    before = [ckptd.data.ShardPositions(6, rank=r, world=2, owner=blocks) for r in range(2)]
+    assert [p.owned() for p in before] == [[0, 1, 2], [3, 4, 5]]
+    for p in before:
+        for shard in p.owned():
+            for _ in range(shard + 1):
+                p.next(shard)
+    with pytest.raises(ValueError, match="belongs to trainer 1, not 0"):
+        before[0].next(4)
+    table = np.array([p._ckptd_row() for p in before])
+    after = ckptd.data.ShardPositions(6, rank=0, world=1, owner=blocks)
+    after._ckptd_load(table, before[0]._ckptd_shared())
+    assert [after.position(s) for s in range(6)] == [1, 2, 3, 4, 5, 6]
+    table[1, 0] = 7  # shard 0 claimed twice
+    with pytest.raises(ValueError, match=r"shards \[0\] have 2 owners"):
+        after._ckptd_load(table, before[0]._ckptd_shared())
+    with pytest.raises(ValueError, match="the shard count is fixed for a run"):
+        ckptd.data.ShardPositions(5, rank=0, world=1)._ckptd_load(table[:, :5], before[0]._ckptd_shared())

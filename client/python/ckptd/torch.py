@@ -34,6 +34,8 @@ lacks, or one the checkpoint has that the state_dict lacks, is an error naming i
 unless strict=False, as in Module.load_state_dict.
 """
 
+import collections
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -100,6 +102,7 @@ _install_sharded_fix_if_needed()
 import torch  # noqa: E402 - after the fix, so that torch's own imports of _shard see it
 
 
+@functools.lru_cache(maxsize=None)
 def _sharded_tensor_type() -> Optional[type]:
     try:
         from torch.distributed._shard.sharded_tensor import api
@@ -109,6 +112,7 @@ def _sharded_tensor_type() -> Optional[type]:
     return sharded
 
 
+@functools.lru_cache(maxsize=None)
 def _dtensor_type() -> Optional[type]:
     """DTensor, where the installed torch has it (2.0 and later; Debian 12 has 1.13)."""
     if int(torch.__version__.split(".")[0]) < 2:
@@ -197,13 +201,13 @@ def _join(prefix: str, part: str) -> str:
 # A tree describes a state_dict: {"d": [[key, node], ...]} for a dict (keys keep their
 # type), {"l": [...]} a list, {"u": [...]} a tuple, {"t": name, "kind": plain|sharded|
 # rank} a tensor, {"v": value} any other leaf.
-def _describe(value: Any, name: str, rank: int, leaves: Dict[str, Any]) -> Dict[str, Any]:
+def _describe(value: Any, name: str, rank: int) -> Dict[str, Any]:
     if isinstance(value, dict):
-        return {"d": [[k, _describe(v, _join(name, _component(k, _is_tensor_leaf(v))), rank, leaves)]
+        return {"d": [[k, _describe(v, _join(name, _component(k, _is_tensor_leaf(v))), rank)]
                       for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
         return {"l" if isinstance(value, list) else "u":
-                [_describe(v, _join(name, str(i)), rank, leaves) for i, v in enumerate(value)]}
+                [_describe(v, _join(name, str(i)), rank) for i, v in enumerate(value)]}
     if isinstance(value, PerRank):
         return {"t": f"{name}@rank{rank}", "kind": "rank"}
     if _is_position(value):
@@ -211,14 +215,14 @@ def _describe(value: Any, name: str, rank: int, leaves: Dict[str, Any]) -> Dict[
     if _is_tensor_leaf(value):
         return {"t": name, "kind": "plain" if _local_boxes(value) is None else "sharded"}
     if value is None or isinstance(value, (bool, int, float, str)):
-        leaves[name] = value
         return {"v": value}
     raise TypeError(f"ckptd.torch: cannot save '{name}' of type {type(value).__name__} (tensors, dicts, lists, "
                     f"tuples, ints, floats, strings, bools and None only)")
 
 
 def _tensors(value: Any, node: Dict[str, Any], out: List[Tuple[str, Any]]) -> None:
-    """(name, tensor, ShardedTensor or PerRank as given) of every tensor, in tree order."""
+    """(stored name, the value as given: a tensor, ShardedTensor, DTensor, PerRank or
+    ckptd.data position) of every tensor the tree names, in tree order."""
     if "d" in node:
         for (key, child), v in zip(node["d"], value.values()):
             _tensors(v, child, out)
@@ -249,13 +253,12 @@ def save(state_dict: Dict[str, Any], run: str, step: int, client: Optional["_cli
     """Stages this trainer's part of `state_dict` for (run, step) and returns once the
     daemon holds it (the tensors may change right after); wait() for durability."""
     rank, world = _world()
-    leaves: Dict[str, Any] = {}
-    tree = _describe(state_dict, "", rank, leaves)
+    tree = _describe(state_dict, "", rank)
     found: List[Tuple[str, Any]] = []
     _tensors(state_dict, tree, found)
-    names = [n for n, _ in found]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(n for n, _ in found)
+    if len(counts) != len(found):
+        twice = sorted(n for n, c in counts.items() if c > 1)
         raise ValueError(f"ckptd.torch: two entries of the state_dict flatten to the same name: {twice}")
     specs: Dict[str, Any] = {}
     for name, value in found:

@@ -183,6 +183,8 @@ def test_data_positions_resume_on_another_world_size_reading_every_sample_exactl
         assert p.returncode == 0, f"trainer {r} of {after}: {output[-3000:]}"
     consumed_after = [i for o in outs for i in json.load(open(o))]
     size = 105 if kind == "shards" else 101
+    print(f"{kind} {before}->{after} trainers: {len(consumed_before)} samples read before the save, "
+          f"{len(consumed_after)} after the load, {size} in the dataset")
     assert len(consumed_before) > 0 and len(consumed_after) > 0
     assert sorted(consumed_before + consumed_after) == list(range(size)), (len(consumed_before),
                                                                           len(consumed_after))

@@ -462,11 +462,16 @@ def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, clien
     step, tree = _saved_tree(c, run, step, rank, timeout)
     plan = _Plan(rank, strict)
     _walk(state_dict, tree, "", plan)
-    stored = {name for name, _, _ in c.list_tensors(run, step, timeout=timeout)[1]}
+    stored = {name: shape for name, _, shape in c.list_tensors(run, step, timeout=timeout)[1]}
     for name in [n for n in plan.specs if n not in stored]:  # a rank that did not exist at save time
         del plan.specs[name]
         plan.missing.append(name)
     plan.fills = [(n, d) for n, d in plan.fills if n in plan.specs]
+    # Checked before anything is read, so that an error leaves the state_dict as it was.
+    for name, dest in plan.fills:
+        if plan.specs[name] is None and tuple(stored[name]) != tuple(dest.shape):
+            raise ValueError(f"ckptd.torch.load: '{name}' is {list(stored[name])} in run '{run}' step {step}, "
+                             f"{list(dest.shape)} in the state_dict")
     plan.positions = [(n, d, shared) for n, d, shared in plan.positions if n in plan.specs]
     if strict and (plan.missing or plan.unexpected):
         parts = []
@@ -478,12 +483,8 @@ def load(state_dict: Dict[str, Any], run: str, step: Optional[int] = None, clien
                        " (strict=False loads what matches)")
     result = c.restore(run, step, plan.specs, trainer_id=rank, timeout=timeout) if plan.specs else None
     for name, dest in plan.fills:
-        source = _as_torch(result, name)
-        if tuple(source.shape) != tuple(dest.shape):
-            raise ValueError(f"ckptd.torch.load: '{name}' is {list(source.shape)} in run '{run}' step {step}, "
-                             f"{list(dest.shape)} in the state_dict")
         with torch.no_grad():
-            dest.copy_(source)
+            dest.copy_(_as_torch(result, name))
     for name, position, shared in plan.positions:
         assert result is not None
         position._ckptd_load(np.asarray(result[name]), shared)

@@ -103,8 +103,10 @@ def test_missing_and_extra_keys_are_named_and_strict_false_loads_what_matches(jo
         assert torch.equal(dest["a"], torch.zeros(3))  # nothing loaded on an error
         assert ckptd.torch.load(dest, "keys", client=c, strict=False) == 1
         assert torch.equal(dest["a"], torch.ones(3)) and torch.equal(dest["c"], torch.zeros(2))
+        wrong = {"b": torch.zeros(2), "a": torch.zeros(4)}
         with pytest.raises(ValueError, match=r"'a' is \[3\] in run 'keys' step 1, \[4\] in the state_dict"):
-            ckptd.torch.load({"a": torch.zeros(4), "b": torch.zeros(2)}, "keys", client=c)
+            ckptd.torch.load(wrong, "keys", client=c)
+        assert torch.equal(wrong["b"], torch.zeros(2))  # nothing loaded, not even the entries that fit
         with pytest.raises(ValueError, match="not saved by ckptd.torch.save"):
             c.save("raw", 1, {"w": torch.ones(2).numpy()})
             c.wait("raw", 1)

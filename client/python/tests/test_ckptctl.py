@@ -368,6 +368,7 @@ def test_one_exit_code_contract_for_every_command(job, tmp_path):
         if "--address" in what:
             argv = [argv[0], *argv[1:], "--address", job.address(0)]
         got[what] = ckptctl(*argv, env=env).returncode
+    print("\n".join(f"{what:<28} exit {code}" for what, code in got.items()))
     assert got == {what: code for what, (_, code) in corrupt.items()}
     # Nothing of a failed export or restore is left, not even the directory it made.
     assert sorted(os.listdir(out)) == ["f"], os.listdir(out)
@@ -384,6 +385,7 @@ def test_one_exit_code_contract_for_every_command(job, tmp_path):
     }
     for what, argv in down.items():
         r = ckptctl(*argv, "--address", missing)
+        print(f"{what + ' (no daemon)':<28} exit {r.returncode}")
         assert r.returncode == 4 and "no ckptd is listening" in r.stderr, (what, r.returncode, r.stderr)
     assert not (out / "d").exists()
     # Without --address or $CKPTD_ADDRESS: the default socket, not there for this test's user.
@@ -399,8 +401,10 @@ def test_one_exit_code_contract_for_every_command(job, tmp_path):
     }
     for what, argv in usage.items():
         r = ckptctl(*argv, env=env)
+        print(f"{what:<28} exit {r.returncode}")
         assert r.returncode == 2, (what, r.returncode, r.stderr)
     r = ckptctl("wait", "bad", 99, "--timeout", "200ms", env=env)
+    print(f"{'wait --timeout 200ms':<28} exit {r.returncode}")
     assert r.returncode == 3, r.stderr
 
 

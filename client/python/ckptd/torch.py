@@ -236,13 +236,12 @@ def _tensors(value: Any, node: Dict[str, Any], out: List[Tuple[str, Any]]) -> No
 
 
 def _numpy(tensor: "torch.Tensor") -> Tuple["np.ndarray[Any, Any]", Optional[str]]:
-    """A numpy view of a CPU tensor (a copy only where it is not contiguous or not on
-    the CPU), and the dtype to store when numpy cannot say it."""
+    """A numpy view of a CPU tensor, strides and all (the client copies it into the
+    shared-memory segment once, whatever its layout; a tensor on a GPU is copied to the
+    host first), and the dtype to store when numpy cannot say it."""
     t = tensor.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if not t.is_contiguous():
-        t = t.contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
     return t.numpy(), None

@@ -71,7 +71,8 @@ def test_a_model_and_its_optimizer_round_trip_in_place_and_the_optimizer_state_i
         opt = torch.optim.Adam(net.parameters(), lr=0.01)
         net(torch.randn(5, 4)).sum().backward()
         opt.step()
-        ckptd.torch.save({"model": net.state_dict(), "optim": opt.state_dict()}, "opt", 1, client=c)
+        staged = ckptd.torch.save({"model": net.state_dict(), "optim": opt.state_dict()}, "opt", 1, client=c)
+        assert staged.shared_memory  # the tensors went through shared memory, one copy each
         ckptd.torch.wait("opt", 1, client=c)
         names = sorted(n for n, _, _ in c.list_tensors("opt", 1)[1])
         assert names[:4] == ["model/0/bias", "model/0/weight", "model/2/bias", "model/2/weight"]
@@ -117,8 +118,9 @@ def test_missing_and_extra_keys_are_named_and_strict_false_loads_what_matches(jo
 
 def test_dtypes_convert_on_load_and_bfloat16_keeps_its_bits(job):
     with job.client(0) as c:
-        values = torch.tensor([1.0, -2.5, 3.140625, 65504.0])
-        bf = torch.tensor([0.5, -1.0, 3.0e38, 1e-30], dtype=torch.bfloat16)
+        values = torch.tensor([[1.0, 0.0], [-2.5, 0.0], [3.140625, 0.0], [65504.0, 0.0]])[:, 0]  # strided
+        bf = torch.tensor([[0.5, -1.0], [3.0e38, 1e-30]], dtype=torch.bfloat16).t().reshape(-1)
+        assert not values.is_contiguous()
         ckptd.torch.save({"f": values, "bf": bf, "i": torch.arange(4, dtype=torch.int64)}, "dt", 1, client=c)
         ckptd.torch.wait("dt", 1, client=c)
         assert dict((n, d) for n, d, _ in c.list_tensors("dt", 1, raw_dtypes=True)[1]) == {"f": 1, "bf": 14, "i": 9}

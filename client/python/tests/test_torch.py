@@ -247,3 +247,32 @@ def test_shard_positions_take_a_user_given_assignment_and_refuse_a_table_that_do
         after._ckptd_load(table, before[0]._ckptd_shared())
     with pytest.raises(ValueError, match="the shard count is fixed for a run"):
         ckptd.data.ShardPositions(5, rank=0, world=1)._ckptd_load(table[:, :5], before[0]._ckptd_shared())
+
+
+def test_a_dcp_save_whose_coordinator_never_finishes_publishes_nothing(job):
+    """DCP's own atomicity point is its metadata file, written last; with ckptd it is the
+    commit. Here every other rank has written (rank 1 of 2 through write_data) but the
+    coordinator never reaches finish(): the step is not published, and a load reads the
+    step before it."""
+    from torch.distributed._shard.checkpoint import load_state_dict, save_state_dict
+    from torch.distributed._shard.checkpoint.default_planner import DefaultSavePlanner
+    with job.client(0) as c:
+        save_state_dict({"w": torch.arange(4.0)}, storage_writer=ckptd.torch.StorageWriter("half", 1, client=c),
+                        no_dist=True)
+        writer = ckptd.torch.StorageWriter("half", 2, client=c)
+        writer.rank, writer.world = 1, 2  # the second rank of a two-rank job
+        planner = DefaultSavePlanner()
+        planner.init({"w": torch.full((4,), 9.0)}, is_coordinator=False)
+        writer.init(is_coordinator=False)
+        writer.write_data(planner.finish_plan(planner.create_local_plan()), planner).wait()
+        # The coordinator writes its data too, and stops before finish().
+        coordinator = ckptd.torch.StorageWriter("half", 2, client=c)
+        coordinator.rank, coordinator.world = 0, 2
+        mine = DefaultSavePlanner()
+        mine.init({"w": torch.full((4,), 9.0)}, is_coordinator=True)
+        coordinator.init(is_coordinator=True)
+        coordinator.write_data(mine.finish_plan(mine.create_local_plan()), mine).wait()
+        assert [s["step"] for s in c.list_checkpoints("half")] == [1]
+        into = {"w": torch.zeros(4)}
+        load_state_dict(into, storage_reader=ckptd.torch.StorageReader("half", client=c), no_dist=True)
+        assert torch.equal(into["w"], torch.arange(4.0))

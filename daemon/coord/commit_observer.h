@@ -53,8 +53,8 @@ class CommitObserver {
   // This rank's data file of `key` is written and synced (the step is not committed
   // yet): its boxes, in file order.
   virtual void OnWritten(const StepKey& key, absl::Span<const WrittenBox> boxes) {}
-  // A phase of a commit (prepare, write, replicate, merge, publish, confirm) ended
-  // with its vote.
+  // A phase of a commit ended: plan (the descriptors gathered and the plan made), then
+  // prepare, write, replicate, merge, publish and confirm, each with its vote.
   virtual void OnPhase(const char* phase, absl::Duration took) {}
   // Every rank agreed on how `outcome.key` ended, or it failed before its commit
   // began; its trainers are told next.

@@ -103,7 +103,8 @@ def test_prometheus_scrapes_what_the_job_did(tmp_path):
         count = query(base, 'sum(ckptd_commit_seconds_count{run="m"})')
         assert list(count.values()) == [4.0], count
         phases = query(base, "sum by (phase) (ckptd_commit_phase_seconds_count)")
-        assert {dict(k)["phase"] for k in phases} >= {"prepare", "write", "merge", "publish", "confirm"}, phases
+        assert {dict(k)["phase"] for k in phases} >= {"plan", "prepare", "write", "merge", "publish", "confirm"}, \
+            phases
         gauges = query(base, "ckptd_staging_memory_limit_bytes")
         assert len(gauges) == 2 and all(v > 0 for v in gauges.values()), gauges
     finally:

@@ -53,12 +53,11 @@ int Fail(const absl::Status& status) {
 // rank ("{rank}" in it) is checked when each rank opens its file.
 absl::Status CheckLogFileDirectory(ckptd::FileSystem* fs, const std::string& log_file) {
   if (log_file.empty()) return absl::OkStatus();
-  const size_t slash = log_file.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_file.substr(0, slash);
-  if (slash + 1 == log_file.size()) {
+  if (log_file.back() == '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("log_file (--log-file) '", log_file, "' names a directory; it must be a file path"));
   }
+  const std::string dir = ckptd::DirName(log_file);
   if (absl::StrContains(dir, "{rank}") || fs->IsDirectory(dir)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("log_file (--log-file) '", log_file, "': directory '", dir, "' does not exist"));

@@ -161,7 +161,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
     builder.AddListeningPort(config.tcp_address, tls, tcp_port);
   }
   builder.RegisterService(service);
-  builder.RegisterService(peer_service);
+  // Without tcp.address the peer service gets a listener of its own (StartPeerServer).
+  if (!config.tcp_address.empty()) builder.RegisterService(peer_service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -177,6 +178,27 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
         absl::StrCat("cannot start the gRPC server (tcp address '", config.tcp_address, "')"));
   }
   SetServing(server.get(), false);
+  return server;
+}
+
+// The listener of the peer channel the daemons make themselves (no tcp.address): the
+// peer service alone, on `host` and any port, mutual TLS with the job's certificates.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartPeerServer(const std::string& host,
+                                                              const ckptd::TlsPem& pem,
+                                                              int max_concurrent_rpcs,
+                                                              ckptd::PeerService* peer_service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(host, ":0"), ckptd::MutualTlsCredentials(pem), port);
+  builder.RegisterService(peer_service);
+  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
+  grpc::ResourceQuota quota("ckptd-peers");
+  quota.SetMaxThreads(max_concurrent_rpcs);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", host, " (any port)"));
+  }
   return server;
 }
 
@@ -229,13 +251,22 @@ class Daemon {
     // must not accept a single Save.
     RETURN_IF_ERROR(coordinator_.CheckRoot());
     RETURN_IF_ERROR(StartGrpc());
-    RETURN_IF_ERROR(tiers_.MeetPeers({.rank = rank_,
-                                      .tcp_address = config_.tcp_address,
-                                      .tcp_port = tcp_port_,
-                                      .tls = {config_.tls_cert, config_.tls_key, config_.tls_ca},
-                                      .failure_domains = config_.failure_domains,
-                                      .replicas = config_.replicas},
-                                     coordinator_, &shard_copier_));
+    RETURN_IF_ERROR(tiers_.MeetPeers(
+        {.rank = rank_,
+         .tcp_address = config_.tcp_address,
+         .tcp_port = tcp_port_,
+         .tls = {config_.tls_cert, config_.tls_key, config_.tls_ca},
+         .peer_interface = config_.peer_interface,
+         .start_peer_listener = [this](const std::string& host,
+                                       const ckptd::TlsPem& pem) -> absl::StatusOr<int> {
+           int port = 0;
+           ASSIGN_OR_RETURN(peer_server_,
+                            StartPeerServer(host, pem, config_.max_concurrent_rpcs, &peer_service_, &port));
+           return port;
+         },
+         .failure_domains = config_.failure_domains,
+         .replicas = config_.replicas},
+        coordinator_, &shard_copier_));
     // Before trainers connect on the local socket; with replicas the peers must already
     // serve, since a host repairs what it lost from them.
     RETURN_IF_ERROR(coordinator_.ReconcileLocalSteps());
@@ -269,6 +300,8 @@ class Daemon {
     // Calls still running get 2 s to finish. gRPC also waits this long for idle client
     // connections that do not answer its GOAWAY, then closes them.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (peer_server_ != nullptr)
+      peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     claims_->listener.reset();
     metrics_server_.reset();
     if (!outcome.ok()) {
@@ -384,6 +417,7 @@ class Daemon {
   ckptd::Coordinator coordinator_;
   ckptd::CommitMetrics commit_metrics_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> peer_server_;  // the job's own peer channel, without tcp.address
   int tcp_port_ = 0;
   std::unique_ptr<ckptd::MetricsServer> metrics_server_;
 };

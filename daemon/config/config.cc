@@ -109,9 +109,6 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
   if (config.replicas > 0 && config.storage != Storage::kLocal) {
     return Invalid("replicas: copies go to other hosts' local disks; they need storage: local");
   }
-  if (config.replicas > 0 && config.tcp_address.empty()) {
-    return Invalid("replicas: hosts copy data files through each other's daemons; they need tcp.address");
-  }
   if (!config.drain_to.empty()) {
     if (absl::StrContains(config.drain_to, "{rank}")) {
       return Invalid("drain_to: one directory every host shares; {rank} has no place in it");

@@ -25,7 +25,7 @@ struct DaemonConfig {
   Storage storage = Storage::kShared;
   // Local storage: before a step commits, each host's data file is also copied to this
   // many partner hosts (never two copies on one host, nor in one failure domain), so a
-  // step survives the loss of up to `replicas` hosts. Needs storage local and tcp.
+  // step survives the loss of up to `replicas` hosts. Needs storage local.
   int replicas = 0;
   // Host name -> failure domain (a rack, a switch); hosts not named are their own.
   std::map<std::string, std::string> failure_domains;
@@ -42,9 +42,14 @@ struct DaemonConfig {
   int memory_steps = 0;
   // Restores read each data file of a step from storage once for the whole job: the
   // daemon of its writer's host (on a shared root, the rank that wrote it) reads it
-  // and the others ask that daemon (needs tcp). Off: every daemon reads what its
+  // and the others ask that daemon over the peer channel. Off: every daemon reads what its
   // trainers need itself.
   bool read_once = true;
+  // Without tcp.address, the daemons make their own peer channel (for local storage,
+  // read_once across hosts, replicas) and listen on this interface: a name ("ib0") or
+  // an IPv4 network ("10.1.0.0/16"). Empty: Open MPI's TCP interface if it was told
+  // one, else the address of the host's name.
+  std::string peer_interface;
   // Blocks of data files read for restores stay in memory this long after their last
   // use, within read_cache bytes, so that the host's other restores and the other
   // daemons get them without another storage read (0 bytes: no cache).
@@ -103,8 +108,8 @@ struct DaemonConfig {
 // several, the message names them all, one per line.
 absl::StatusOr<DaemonConfig> ParseConfig(absl::string_view yaml_text);
 
-// What no single key can check: combinations (replicas need local storage and a
-// TCP listener). Run after the command line's overrides are applied.
+// What no single key can check: combinations (replicas need local storage; a TCP
+// listener needs its certificates). Run after the command line's overrides are applied.
 absl::Status ValidateConfig(const DaemonConfig& config);
 
 // The configuration as YAML that ParseConfig reads back to the same values: every

@@ -1,5 +1,8 @@
 #include "daemon/config/config_keys.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -91,6 +94,25 @@ std::string HostPortOrEmpty(const std::string& text) {
     return "HOST:PORT (a port of 0-65535), or empty for off";
   }
   return "";
+}
+
+// An interface name as Linux allows one (1-15 characters, none of '/', ':' or
+// whitespace, not "." or ".."), an IPv4 network "A.B.C.D/BITS", or empty.
+std::string InterfaceOrNetwork(const std::string& text) {
+  const char* what = "an interface name (e.g. ib0) or an IPv4 network (e.g. 10.1.0.0/16), or empty";
+  if (text.empty()) return "";
+  const size_t slash = text.find('/');
+  if (slash != std::string::npos) {
+    in_addr network{};
+    int bits = -1;
+    const bool ok = ::inet_pton(AF_INET, text.substr(0, slash).c_str(), &network) == 1 &&
+                    absl::SimpleAtoi(text.substr(slash + 1), &bits) && bits >= 0 && bits <= 32;
+    return ok ? "" : what;
+  }
+  const bool bad_char = std::any_of(text.begin(), text.end(), [](char c) {
+    return c == ':' || absl::ascii_isspace(static_cast<unsigned char>(c));
+  });
+  return text.size() > 15 || text == "." || text == ".." || bad_char ? what : "";
 }
 
 template <typename Int>
@@ -275,7 +297,7 @@ void AddStorageKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(
       IntKey("replicas", "--replicas",
              "local storage: copies of each host's data file on that many other hosts before a step "
-             "commits (needs `tcp`)",
+             "commits, through the peer channel",
              &C::replicas, 0));
   keys.push_back(
       FailureDomainsKey("host name -> failure domain (rack); copies of one file never share one; unmapped "
@@ -291,8 +313,13 @@ void AddTierKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(
       BoolKey("read_once", "",
               "each data file of a step is read from storage by one daemon, which sends its bytes to "
-              "the others over the peer channel (needs `tcp`; see \"Each byte read once\")",
+              "the others over the peer channel (see \"Each byte read once\")",
               &C::read_once));
+  keys.push_back(StringKey("peer_interface", "--peer-interface",
+                           "without `tcp.address`: the interface (name, or IPv4 network as CIDR) the "
+                           "job's own peer channel listens on; empty: Open MPI's TCP interface, else the "
+                           "address of the host's name (see \"The peer channel\")",
+                           &C::peer_interface, InterfaceOrNetwork, "interface name, CIDR or empty"));
   keys.push_back(
       SizeKey("read_cache", "",
               "memory for blocks of data files read for restores, shared by the host's restores and "

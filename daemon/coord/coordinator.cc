@@ -464,4 +464,8 @@ absl::StatusOr<std::vector<internal::PeerInfo>> Coordinator::ExchangePeerInfo(
   return infos;
 }
 
+absl::StatusOr<std::string> Coordinator::ShareFromRankZero(const std::string& value) {
+  return collective_->Broadcast(value, 0, absl::Now() + options_.commit_timeout);
+}
+
 }  // namespace ckptd

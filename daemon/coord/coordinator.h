@@ -89,6 +89,8 @@ class Coordinator {
   // Every rank's PeerInfo (in rank order) for the one this rank gives; rank 0's token
   // is the job's. Call before Run.
   absl::StatusOr<std::vector<internal::PeerInfo>> ExchangePeerInfo(const internal::PeerInfo& mine);
+  // Rank 0's `value` on every rank (others pass anything). Call before Run.
+  absl::StatusOr<std::string> ShareFromRankZero(const std::string& value);
   // Local storage with replicas: copies[r] are the ranks that keep a copy of rank r's
   // data file (PlaceReplicas), fetched through `copier`, which must outlive Run. Every
   // rank must be given the same copies. Call before Run.

@@ -21,6 +21,10 @@ absl::StatusOr<TlsPem> ReadTlsFiles(FileSystem* fs, const TlsFilePaths& files) {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MutualTlsCredentials(FileSystem* fs,
                                                                               const TlsFilePaths& files) {
   ASSIGN_OR_RETURN(TlsPem pem, ReadTlsFiles(fs, files));
+  return MutualTlsCredentials(std::move(pem));
+}
+
+std::shared_ptr<grpc::ServerCredentials> MutualTlsCredentials(TlsPem pem) {
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = std::move(pem.ca);
   options.pem_key_cert_pairs.push_back({std::move(pem.key), std::move(pem.cert)});

@@ -31,6 +31,7 @@ absl::StatusOr<TlsPem> ReadTlsFiles(FileSystem* fs, const TlsFilePaths& files);
 // the handshake.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MutualTlsCredentials(FileSystem* fs,
                                                                               const TlsFilePaths& files);
+std::shared_ptr<grpc::ServerCredentials> MutualTlsCredentials(TlsPem pem);
 
 // A group name or number.
 absl::StatusOr<gid_t> ResolveGroup(const std::string& group);

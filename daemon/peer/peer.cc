@@ -187,8 +187,7 @@ absl::Status StreamRange(const RandomAccessFile& file, int64_t offset, int64_t l
 }
 
 absl::Status PeerDirectory::Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
-                                std::string token, const TlsFilePaths& tls, FileSystem* fs) {
-  ASSIGN_OR_RETURN(TlsPem pem, ReadTlsFiles(fs, tls));
+                                std::string token, TlsPem pem, std::string peer_name) {
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = std::move(pem.ca);
   options.pem_private_key = std::move(pem.key);
@@ -199,6 +198,7 @@ absl::Status PeerDirectory::Set(int rank, std::vector<std::string> addresses, st
   hosts_ = std::move(hosts);
   token_ = std::move(token);
   credentials_ = grpc::SslCredentials(options);
+  peer_name_ = std::move(peer_name);
   stubs_.resize(addresses_.size());
   ready_ = true;
   return absl::OkStatus();
@@ -229,6 +229,7 @@ absl::StatusOr<internal::Peer::Stub*> PeerDirectory::Stub(int r) {
   if (stubs_[r] == nullptr) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+    if (!peer_name_.empty()) args.SetSslTargetNameOverride(peer_name_);
     stubs_[r] = internal::Peer::NewStub(grpc::CreateCustomChannel(addresses_[r], credentials_, args));
   }
   return stubs_[r].get();

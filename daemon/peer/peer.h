@@ -62,10 +62,11 @@ absl::Status SendFileRange(const RandomAccessFile& file, int64_t offset, int64_t
 
 class PeerDirectory {
  public:
-  // addresses[r]: rank r's "host:port"; hosts[r]: its host name (for messages).
-  // FAILED_PRECONDITION when the TLS files cannot be read.
+  // addresses[r]: rank r's "host:port"; hosts[r]: its host name (for messages). `tls`:
+  // the certificate and key this daemon presents, and the CA peers' chain to; with
+  // `peer_name`, peers' certificates must name it instead of the address dialled.
   absl::Status Set(int rank, std::vector<std::string> addresses, std::vector<std::string> hosts,
-                   std::string token, const TlsFilePaths& tls, FileSystem* fs);
+                   std::string token, TlsPem tls, std::string peer_name = "");
   bool ready() const;
   int rank() const;
   bool TokenMatches(const std::string& token) const;
@@ -90,6 +91,7 @@ class PeerDirectory {
   std::vector<std::string> hosts_ ABSL_GUARDED_BY(mu_);
   std::string token_;  // written once in Set, before ready_; read-only afterwards
   std::shared_ptr<grpc::ChannelCredentials> credentials_ ABSL_GUARDED_BY(mu_);
+  std::string peer_name_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<internal::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int>> copies_ ABSL_GUARDED_BY(mu_);
 };

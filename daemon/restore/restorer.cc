@@ -234,9 +234,10 @@ absl::Status Restorer::CheckShardsHere(const BundleReader& reader, const std::st
   return absl::FailedPreconditionError(absl::StrCat("this restore needs the shard(s) of rank(s) ",
                                                     JoinBounded(elsewhere),
                                                     ", which live on other hosts' disks "
-                                                    "(storage: local); this daemon cannot read other hosts' "
-                                                    "shards yet: restore those tensors from the daemons "
-                                                    "that hold them, or use storage: shared"));
+                                                    "(storage: local), and this job has no daemon there to "
+                                                    "read them through: restore with a job that runs on "
+                                                    "those hosts too, or keep checkpoints on storage: shared "
+                                                    "or drain_to"));
 }
 
 }  // namespace ckptd

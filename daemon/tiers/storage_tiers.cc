@@ -50,8 +50,8 @@ void StorageTiers::LogSetUp() const {
 }
 
 bool StorageTiers::ReadsThroughPeers() const {
-  // Other hosts' data files are read through their daemons when they are known (a
-  // TCP listener with mutual TLS): on local disks, where they are not here, and with
+  // Other hosts' data files are read through their daemons once the peer channel is
+  // up (MeetPeers): on local disks, where they are not here, and with
   // read_once, where one daemon reads each file for all.
   return NeedsPeers() && peer_directory_.ready() && options_.num_ranks >= 2;
 }

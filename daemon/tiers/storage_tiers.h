@@ -20,6 +20,7 @@
 #define CKPTD_DAEMON_TIERS_STORAGE_TIERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,7 +69,12 @@ struct PeerSetUp {
   int rank = 0;
   std::string tcp_address{};  // as configured (tcp.address); "" without a listener
   int tcp_port = 0;           // the port it got (0: no listener)
-  TlsFilePaths tls{};
+  TlsFilePaths tls{};         // the operator's certificates, with tcp.address
+  // Without tcp.address: where the job's own peer channel listens (see ChoosePeerHost),
+  // and what starts it: a mutual-TLS listener for the peer service on `host`, any port,
+  // with `pem`; returns the port.
+  std::string peer_interface{};
+  std::function<absl::StatusOr<int>(const std::string& host, const TlsPem& pem)> start_peer_listener{};
   std::map<std::string, std::string> failure_domains{};  // host -> domain; unmapped: its own
   int replicas = 0;
 };
@@ -166,9 +172,14 @@ class StorageTiers {
   // The peer channel, with local storage or read_once (else nothing to do): every
   // daemon learns where the others listen and the job's token, over `coordinator`'s
   // collective (every rank must call it), so that a restore can read other hosts'
-  // files through their daemons. A host without a TCP listener offers none, and then
-  // restores read this host's shards only. With replicas, places each host's copies
-  // (other failure domains) and hands them and `copier` to the coordinator.
+  // files through their daemons. With tcp.address on every host, over the operator's
+  // listeners and certificates; on none, over a channel the job makes itself: each
+  // rank makes a key, rank 0 an in-memory CA that certifies them all (only public keys
+  // and certificates travel, over MPI), and each daemon starts a listener
+  // (start_peer_listener) on the address ChoosePeerHost picks. Not needed, and not
+  // made, for read_once alone when every rank runs on one host. tcp.address on some
+  // hosts only is FAILED_PRECONDITION naming them. With replicas, places each host's
+  // copies (other failure domains) and hands them and `copier` to the coordinator.
   absl::Status MeetPeers(const PeerSetUp& mine, Coordinator& coordinator, ShardCopier* copier);
 
   // Logs, once the daemon serves, what the tiers add to the root (the drain).

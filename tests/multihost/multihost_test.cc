@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckptd/v1/ckptd.grpc.pb.h"
@@ -74,6 +75,21 @@ absl::Status SaveStep(const Cluster& cluster, int trainers, int64_t step, const 
   return absl::OkStatus();
 }
 
+// Every daemon of the job restores the whole of "w" of `step` (saved by one trainer per
+// host), bit-exact.
+void ExpectEveryDaemonRestoresEveryRow(const Cluster& cluster, int hosts, int64_t step) {
+  for (int rank = 0; rank < hosts; ++rank) {
+    std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
+    auto restored = cluster.Connect(rank)->Restore(
+        "mh", step, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
+    ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
+    for (int t = 0; t < hosts; ++t) {
+      EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, step))
+          << "rank " << rank << ", trainer " << t;
+    }
+  }
+}
+
 class MultiHostTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
@@ -133,37 +149,32 @@ TEST_P(MultiHostTest, StepCommitsOnEveryHostWithEachHostsShardWhereItBelongs) {
               std::string::npos)
         << out;
   }
+  // Every daemon restores the whole tensor: on local disks the other hosts' shards
+  // come through their daemons (the job's own peer channel: nothing but --storage
+  // local is configured).
+  ExpectEveryDaemonRestoresEveryRow(cluster, mode.hosts, 1);
   if (mode.local) {
-    // This host's own rows restore from its disk; the whole tensor needs the other
-    // hosts' shards, which is refused by name rather than passed off as data loss.
-    std::vector<float> mine(8 * 16);
-    auto restored = cluster.Connect(0)->Restore("mh", 1,
-                                                {{.name = "w",
-                                                  .dtype = kDtFloat,
-                                                  .box_start = {0, 0},
-                                                  .box_length = {8, 16},
-                                                  .data = mine.data(),
-                                                  .size = mine.size() * 4}});
-    ASSERT_TRUE(restored.ok()) << restored.status();
-    EXPECT_EQ(mine, Rows(0, 1));
+    // A job of host 0 alone has no daemon to read the other hosts' shards through:
+    // refused by name rather than passed off as data loss; its own rows still restore.
+    ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+    cluster.Resize(1);
+    ASSERT_EQ(StartProblem(cluster), "");
     std::vector<float> all(static_cast<size_t>(8 * mode.hosts * 16));
-    restored = cluster.Connect(0)->Restore(
+    auto restored = cluster.Connect(0)->Restore(
         "mh", std::nullopt, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
     EXPECT_EQ(restored.status().code(), absl::StatusCode::kFailedPrecondition) << restored.status();
     EXPECT_NE(restored.status().message().find("rank(s) 1 (host1)"), absl::string_view::npos)
         << restored.status();
-  } else {
-    // Every daemon restores the whole tensor, reading every host's shard.
-    for (int rank = 0; rank < mode.hosts; ++rank) {
-      std::vector<float> back(static_cast<size_t>(8 * mode.hosts * 16));
-      auto restored = cluster.Connect(rank)->Restore(
-          "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = back.data(), .size = back.size() * 4}});
-      ASSERT_TRUE(restored.ok()) << restored.status();
-      for (int t = 0; t < mode.hosts; ++t) {
-        const std::vector<float> want = Rows(t, 1);
-        EXPECT_EQ(std::memcmp(back.data() + t * 128, want.data(), 512), 0) << "rows of trainer " << t;
-      }
-    }
+    std::vector<float> mine(8 * 16);
+    restored = cluster.Connect(0)->Restore("mh", 1,
+                                           {{.name = "w",
+                                             .dtype = kDtFloat,
+                                             .box_start = {0, 0},
+                                             .box_length = {8, 16},
+                                             .data = mine.data(),
+                                             .size = mine.size() * 4}});
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(mine, Rows(0, 1));
   }
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
 }
@@ -434,6 +445,106 @@ INSTANTIATE_TEST_SUITE_P(Hosts, PeerRestoreTest, ::testing::Values(2, 3),
                            return absl::StrCat(info.param, "Hosts");
                          });
 
+// With --storage local and nothing else (no tcp, no certificates), the daemons make
+// their own peer channel: every host restores every shard, ckptctl reads the whole
+// checkpoint through one daemon, and a process outside the job that dials a daemon's
+// peer port is refused in the TLS handshake, with no certificate or with one of
+// another CA (the probe's ACCEPTED for a job member is checked in unit_tests'
+// JobListenerTest). Nothing of the job's keys is written to disk.
+class ZeroConfigPeerTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+};
+
+// Every "peer channel on ADDRESS:PORT" the daemons logged.
+std::vector<std::pair<std::string, int>> PeerChannels(const std::string& log) {
+  std::vector<std::pair<std::string, int>> found;
+  const std::string kSaid = "peer channel on ";
+  for (size_t at = log.find(kSaid); at != std::string::npos; at = log.find(kSaid, at + 1)) {
+    const size_t start = at + kSaid.size();
+    const size_t colon = log.find(':', start);
+    const size_t end = log.find(',', colon);
+    int port = 0;
+    if (colon == std::string::npos || end == std::string::npos ||
+        !absl::SimpleAtoi(log.substr(colon + 1, end - colon - 1), &port))
+      continue;
+    found.emplace_back(log.substr(start, colon - start), port);
+  }
+  return found;
+}
+
+TEST_P(ZeroConfigPeerTest, LocalStorageAloneRestoresEveryShardEverywhereAndStrangersAreRefused) {
+  const int hosts = GetParam();
+  Cluster cluster(hosts, SimulatedHosts{.hosts = hosts, .local_storage = true});
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_TRUE(SaveStep(cluster, hosts, 1).ok());
+  ExpectEveryDaemonRestoresEveryRow(cluster, hosts, 1);
+  std::string out;
+  ASSERT_EQ(
+      RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json --address ", cluster.Address(hosts - 1), " mh"),
+                 &out),
+      0)
+      << out;
+  const nlohmann::json verified = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(verified["ok"], true);
+  EXPECT_EQ(verified["complete"], true);
+  EXPECT_EQ(verified["bytes"], 8 * hosts * 16 * 4 + 8);
+
+  const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  const std::vector<std::pair<std::string, int>> channels = PeerChannels(log);
+  ASSERT_EQ(channels.size(), static_cast<size_t>(hosts)) << log;
+  for (const auto& [address, port] : channels) {
+    EXPECT_EQ(address.rfind("10.213.77.", 0), 0u) << address;  // the hosts' network, not loopback
+  }
+  // From host 0 (outside the job, inside its network) to the last host's peer port.
+  TempDir stranger;
+  WriteTlsConfig(stranger, hosts);  // a certificate for every host name, from another CA
+  std::string pid = PosixFileSystem()->ReadFileToString(JoinPath(cluster.dir(), "pid0"), 64).value_or("");
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  const auto& [address, port] = channels.back();
+  const std::string probe =
+      absl::StrCat("/usr/bin/nsenter -t ", pid, " -n -u -m -- /usr/bin/python3 ", CKPTD_SOURCE_DIR,
+                   "/tests/multihost/tls_probe.py ", address, " ", port);
+  ASSERT_EQ(RunCommand(probe, &out), 0) << out;
+  EXPECT_EQ(out.rfind("REFUSED", 0), 0u) << out;
+  ASSERT_EQ(RunCommand(absl::StrCat(probe, " ", stranger.Sub("d.crt"), " ", stranger.Sub("d.key")), &out), 0)
+      << out;
+  EXPECT_EQ(out.rfind("REFUSED", 0), 0u) << out;
+  // The job's keys live in the daemons' memory only.
+  ASSERT_EQ(RunCommand(absl::StrCat("grep -rl --devices=skip 'PRIVATE KEY' ", cluster.dir()), &out), 1)
+      << out;
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+// tcp.address on one host and not the other: neither the operator's channel nor the
+// job's own would reach every daemon, so the job stops at start naming both sides.
+TEST(ZeroConfigPeerStartTest, TcpOnSomeHostsOnlyStopsTheJobAtStartNamingThem) {
+  if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  TempDir tls;
+  const std::string with_tcp =
+      PosixFileSystem()->ReadFileToString(WriteTlsConfig(tls, 2), 1 << 20).value_or("");
+  ASSERT_FALSE(with_tcp.empty());
+  Cluster cluster(2, SimulatedHosts{.hosts = 2, .local_storage = true});
+  // DIR/disk is each host's own DIR/hostI: one config path, a different file per host.
+  FileSystem* fs = PosixFileSystem();
+  ASSERT_TRUE(fs->CreateDirs(JoinPath(cluster.dir(), "host0"), 0700).ok());
+  ASSERT_TRUE(fs->CreateDirs(JoinPath(cluster.dir(), "host1"), 0700).ok());
+  ASSERT_TRUE(fs->WriteFileAtomically(JoinPath(cluster.dir(), "host0/peers.yaml"), with_tcp).ok());
+  ASSERT_TRUE(fs->WriteFileAtomically(JoinPath(cluster.dir(), "host1/peers.yaml"), "log_level: info\n").ok());
+  cluster.AddArgs({"--config", JoinPath(cluster.dir(), "disk/peers.yaml")});
+  EXPECT_FALSE(cluster.Start().ok());
+  EXPECT_EQ(cluster.exit_code(), 2);
+  const std::string log = PosixFileSystem()->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("tcp.address is set on host0 but not on host1"), std::string::npos) << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, ZeroConfigPeerTest, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(info.param, "Hosts");
+                         });
+
 // read_once: in a data-parallel restore every trainer wants the whole model; each
 // data file is read from storage by one daemon and sent to the others.
 class ReadOnceTest : public ::testing::TestWithParam<Mode> {
@@ -609,16 +720,7 @@ TEST_P(ReplicaTest, EachDataFileIsAlsoOnTheNextHostAndRestoresReadTheCopyWhenThe
   // Host 1 loses its own data file: every daemon still restores every row, host 1's
   // rows from the copy (on host 2, or on host 0 when there are only 2).
   ASSERT_TRUE(fs->DeleteFile(DataFileOf(cluster, 1, 1)).ok());
-  for (int rank = 0; rank < hosts; ++rank) {
-    std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
-    auto restored = cluster.Connect(rank)->Restore(
-        "mh", 1, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
-    ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
-    for (int t = 0; t < hosts; ++t) {
-      EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, 1))
-          << "rank " << rank << ", trainer " << t;
-    }
-  }
+  ExpectEveryDaemonRestoresEveryRow(cluster, hosts, 1);
   std::string out;
   ASSERT_EQ(
       RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json --address ", cluster.Address(0), " mh"), &out),
@@ -655,17 +757,9 @@ TEST_P(ReplicaTest, AWipedHostIsRepairedFromItsPeersAtRestartAndEveryRestoreIsBi
   for (const auto& [path, contents] : before) {
     EXPECT_EQ(fs->ReadFileToString(path, 1 << 20).value_or("missing"), contents) << path;
   }
-  for (int rank = 0; rank < hosts; ++rank) {
-    for (int64_t step : {1, 2}) {
-      std::vector<float> all(static_cast<size_t>(8 * hosts * 16));
-      auto restored = cluster.Connect(rank)->Restore(
-          "mh", step, {{.name = "w", .dtype = kDtFloat, .data = all.data(), .size = all.size() * 4}});
-      ASSERT_TRUE(restored.ok()) << "rank " << rank << ": " << restored.status();
-      for (int t = 0; t < hosts; ++t) {
-        EXPECT_EQ(std::vector<float>(all.begin() + t * 128, all.begin() + (t + 1) * 128), Rows(t, step))
-            << "rank " << rank << ", step " << step << ", trainer " << t;
-      }
-    }
+  for (int64_t step : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    ExpectEveryDaemonRestoresEveryRow(cluster, hosts, step);
   }
   // The next step is kept twice again, on the repaired host too.
   ASSERT_TRUE(SaveStep(cluster, hosts, 3).ok());
@@ -783,11 +877,11 @@ TEST_P(ReplicaTest, AFailedCopyFailsTheStepOnEveryHostAndPublishesNothing) {
 // them (the third host's data file read from its copy), and with a fresh third host
 // added back, every step restores on all 3 (the new host gets each step's index and
 // the files ckptd.json says it keeps, and reads the rest through its peers).
+// Also the replicas' copies and repairs over the peer channel the daemons make
+// themselves (no tcp configured), made afresh at each start.
 TEST(ReplicaResizeTest, StepsRestoreBitExactOnFewerAndThenOnMoreHosts) {
   if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
-  TempDir tls;
-  Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true},
-                  {"--config", WriteTlsConfig(tls, 3), "--replicas", "1"});
+  Cluster cluster(3, SimulatedHosts{.hosts = 3, .local_storage = true}, {"--replicas", "1"});
   ASSERT_EQ(SaveStepOneAndStop(cluster), "");
   auto restores_everywhere = [&](int hosts, int64_t step, int saving_trainers) {
     for (int rank = 0; rank < hosts; ++rank) {

@@ -21,6 +21,7 @@
 #include "daemon/config/config.h"
 #include "daemon/coord/step_registry.h"
 #include "daemon/restore/restorer.h"
+#include "daemon/service/free_space.h"
 #include "daemon/service/grpc_status.h"
 #include "daemon/service/local_listener.h"
 #include "daemon/service/restore_reply.h"
@@ -119,6 +120,7 @@ class CkptdService final
   StepRegistry* registry_;
   StorageTiers* tiers_;
   CheckpointStore* store_;  // tiers_->read_store()
+  FreeSpaceMonitor root_free_space_;
   StagingArea* staging_;
   const PeerTable* peers_;
   std::unique_ptr<DeviceStager> device_;

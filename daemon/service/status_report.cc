@@ -59,8 +59,7 @@ v1::StatusResponse LocalStatusReport(const StatusSources& from) {
   const CheckpointStore* root = from.tiers->read_store();
   response->set_root(root->root());
   response->set_started_unix_seconds(absl::ToDoubleSeconds(from.started - absl::UnixEpoch()));
-  const absl::StatusOr<uint64_t> free_bytes = root->fs()->FreeBytes(root->root());
-  response->set_root_free_bytes(free_bytes.ok() ? static_cast<int64_t>(*free_bytes) : -1);
+  response->set_root_free_bytes(from.root_free_bytes);
   response->set_pid(::getpid());
   for (const StepKey& key : from.registry->PendingSteps()) {
     v1::StepRef* ref = response->add_pending_steps();

@@ -26,6 +26,7 @@ struct StatusSources {
   std::string tcp_address{};
   std::string metrics_address{};
   absl::Time started{};
+  int64_t root_free_bytes = -1;  // -1: unknown
   StepRegistry* registry = nullptr;
   const StorageTiers* tiers = nullptr;
   const StagingArea* staging = nullptr;

@@ -145,6 +145,16 @@ void SetServing(grpc::Server* server, bool serving) {
   health->SetServingStatus(ckptd::v1::Ckptd::service_full_name(), serving);
 }
 
+// Message sizes and the bound on concurrent calls (past it, new calls get
+// RESOURCE_EXHAUSTED), the same on every listener.
+void SetServerLimits(grpc::ServerBuilder& builder, int max_concurrent_rpcs, const std::string& quota_name) {
+  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
+  grpc::ResourceQuota quota(quota_name);
+  quota.SetMaxThreads(max_concurrent_rpcs);
+  builder.SetResourceQuota(quota);
+}
+
 // The gRPC server: the services, the parse-error interceptor, message and thread
 // limits, and the mutual-TLS TCP listener when configured (its port in *tcp_port).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
@@ -166,12 +176,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(ckptd::FileSystem* fs,
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(ckptd::NewParseErrorInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
-  // Bounds concurrent calls: past it, new calls get RESOURCE_EXHAUSTED.
-  grpc::ResourceQuota quota("ckptd");
-  quota.SetMaxThreads(config.max_concurrent_rpcs);
-  builder.SetResourceQuota(quota);
+  SetServerLimits(builder, config.max_concurrent_rpcs, "ckptd");
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!config.tcp_address.empty() && *tcp_port == 0)) {
     return absl::UnavailableError(
@@ -190,11 +195,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartPeerServer(const std::string&
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(host, ":0"), ckptd::MutualTlsCredentials(pem), port);
   builder.RegisterService(peer_service);
-  builder.SetMaxReceiveMessageSize(ckptd::wire::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(ckptd::wire::kMaxMessageBytes);
-  grpc::ResourceQuota quota("ckptd-peers");
-  quota.SetMaxThreads(max_concurrent_rpcs);
-  builder.SetResourceQuota(quota);
+  SetServerLimits(builder, max_concurrent_rpcs, "ckptd-peers");
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", host, " (any port)"));

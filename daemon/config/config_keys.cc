@@ -1,8 +1,5 @@
 #include "daemon/config/config_keys.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -14,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/base/closest_word.h"
+#include "daemon/base/ipv4_network.h"
 #include "daemon/base/units.h"
 
 namespace ckptd {
@@ -101,14 +99,7 @@ std::string HostPortOrEmpty(const std::string& text) {
 std::string InterfaceOrNetwork(const std::string& text) {
   const char* what = "an interface name (e.g. ib0) or an IPv4 network (e.g. 10.1.0.0/16), or empty";
   if (text.empty()) return "";
-  const size_t slash = text.find('/');
-  if (slash != std::string::npos) {
-    in_addr network{};
-    int bits = -1;
-    const bool ok = ::inet_pton(AF_INET, text.substr(0, slash).c_str(), &network) == 1 &&
-                    absl::SimpleAtoi(text.substr(slash + 1), &bits) && bits >= 0 && bits <= 32;
-    return ok ? "" : what;
-  }
+  if (text.find('/') != std::string::npos) return ParseIpv4Network(text).has_value() ? "" : what;
   const bool bad_char = std::any_of(text.begin(), text.end(), [](char c) {
     return c == ':' || absl::ascii_isspace(static_cast<unsigned char>(c));
   });

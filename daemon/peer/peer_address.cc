@@ -8,22 +8,13 @@
 
 #include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/base/ipv4_network.h"
 
 namespace ckptd {
-namespace {
-
-std::optional<uint32_t> ParseIpv4(const std::string& text) {
-  in_addr address{};
-  if (::inet_pton(AF_INET, text.c_str(), &address) != 1) return std::nullopt;
-  return ntohl(address.s_addr);
-}
-
-}  // namespace
 
 std::vector<InterfaceAddress> HostInterfaces() {
   std::vector<InterfaceAddress> found;
@@ -59,14 +50,10 @@ std::vector<std::string> ResolveHostName(const std::string& host_name) {
 }
 
 bool InterfaceMatches(const std::string& spec, const InterfaceAddress& candidate) {
-  const std::vector<std::string> parts = absl::StrSplit(spec, '/');
-  if (parts.size() != 2) return spec == candidate.interface;
-  int bits = 0;
-  const std::optional<uint32_t> network = ParseIpv4(parts[0]);
+  if (spec.find('/') == std::string::npos) return spec == candidate.interface;
+  const std::optional<Ipv4Network> network = ParseIpv4Network(spec);
   const std::optional<uint32_t> address = ParseIpv4(candidate.address);
-  if (!network || !address || !absl::SimpleAtoi(parts[1], &bits) || bits < 0 || bits > 32) return false;
-  const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
-  return (*network & mask) == (*address & mask);
+  return network && address && network->Contains(*address);
 }
 
 absl::StatusOr<PeerHostChoice> ChoosePeerHost(const std::string& peer_interface, bool one_host,

@@ -64,6 +64,7 @@ absl::StatusOr<ParityGroups> PlaceParityGroups(const std::vector<std::string>& d
 
 std::vector<int> StripeLayout::Holders(int stripe) const {
   std::vector<int> holders;
+  // Row r of stripe s is member s + r: the inverse of Row.
   for (int r = 0; r < parity_; ++r) holders.push_back((stripe + r) % members_);
   return holders;
 }
@@ -71,7 +72,7 @@ std::vector<int> StripeLayout::Holders(int stripe) const {
 std::vector<int> StripeLayout::DataMembers(int stripe) const {
   std::vector<int> data;
   for (int m = 0; m < members_; ++m) {
-    if ((m - stripe + members_) % members_ >= parity_) data.push_back(m);
+    if (Row(m, stripe) >= parity_) data.push_back(m);
   }
   return data;
 }
@@ -79,7 +80,7 @@ std::vector<int> StripeLayout::DataMembers(int stripe) const {
 std::vector<int> StripeLayout::DataStripes(int member) const {
   std::vector<int> stripes;
   for (int s = 0; s < members_; ++s) {
-    if ((member - s + members_) % members_ >= parity_) stripes.push_back(s);
+    if (Row(member, s) >= parity_) stripes.push_back(s);
   }
   return stripes;
 }
@@ -87,7 +88,7 @@ std::vector<int> StripeLayout::DataStripes(int member) const {
 std::vector<std::pair<int, int>> StripeLayout::HeldParity(int member) const {
   std::vector<std::pair<int, int>> held;
   for (int s = 0; s < members_; ++s) {
-    const int row = (member - s + members_) % members_;
+    const int row = Row(member, s);
     if (row < parity_) held.emplace_back(s, row);
   }
   return held;

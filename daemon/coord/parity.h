@@ -64,6 +64,9 @@ class StripeLayout {
   int64_t SegmentBytes(const std::vector<int64_t>& file_sizes) const;
 
  private:
+  // Member m's place in stripe s, (m - s) mod g: rows below P hold the stripe's
+  // parity (that row of it); the rest are its data.
+  int Row(int member, int stripe) const { return (member - stripe + members_) % members_; }
   int members_, parity_;
 };
 

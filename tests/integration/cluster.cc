@@ -56,14 +56,16 @@ std::string Cluster::HostRoot(int host) const {
   return dir_.Sub(absl::StrCat("host", host, "/root"));
 }
 
+std::vector<std::string> Cluster::EnterHost(int host) const {
+  // The host's holder process keeps its namespaces.
+  std::string pid = PosixFileSystem()->ReadFileToString(dir_.Sub(absl::StrCat("pid", host)), 64).value_or("");
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  return {"/usr/bin/nsenter", "-t", pid, "-n", "-u", "-m", "--"};
+}
+
 std::vector<std::string> Cluster::JobCommand() const {
   std::vector<std::string> args;
-  if (hosts_.has_value()) {
-    // mpirun runs on host 0, whose namespaces its holder process keeps.
-    std::string pid = PosixFileSystem()->ReadFileToString(dir_.Sub("pid0"), 64).value_or("");
-    pid.erase(pid.find_last_not_of(" \n") + 1);
-    args = {"/usr/bin/nsenter", "-t", pid, "-n", "-u", "-m", "--"};
-  }
+  if (hosts_.has_value()) args = EnterHost(0);  // mpirun runs on host 0
   args.insert(args.end(), {MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(ranks_)});
   if (hosts_.has_value()) {
     args.insert(args.end(),

@@ -64,6 +64,9 @@ class Cluster {
   std::string HostRoot(int host) const;
   int hosts() const { return hosts_.has_value() ? hosts_->hosts : 1; }
   std::string log() const { return dir_.Sub("daemons.log"); }
+  // Simulated hosts, once started: the command prefix that runs a command inside
+  // host `host`'s network, UTS and mount namespaces.
+  std::vector<std::string> EnterHost(int host) const;
   const std::string& dir() const { return dir_.path(); }
   std::unique_ptr<Client> Connect(int rank) const;
   // The daemon process of `rank`, from its Status; -1 if it does not answer.

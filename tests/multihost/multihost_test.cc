@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/base/status.h"
 #include "daemon/io/file_system.h"
@@ -501,11 +502,9 @@ TEST_P(ZeroConfigPeerTest, LocalStorageAloneRestoresEveryShardEverywhereAndStran
   // From host 0 (outside the job, inside its network) to the last host's peer port.
   TempDir stranger;
   WriteTlsConfig(stranger, hosts);  // a certificate for every host name, from another CA
-  std::string pid = PosixFileSystem()->ReadFileToString(JoinPath(cluster.dir(), "pid0"), 64).value_or("");
-  pid.erase(pid.find_last_not_of(" \n") + 1);
   const auto& [address, port] = channels.back();
   const std::string probe =
-      absl::StrCat("/usr/bin/nsenter -t ", pid, " -n -u -m -- /usr/bin/python3 ", CKPTD_SOURCE_DIR,
+      absl::StrCat(absl::StrJoin(cluster.EnterHost(0), " "), " /usr/bin/python3 ", CKPTD_SOURCE_DIR,
                    "/tests/multihost/tls_probe.py ", address, " ", port);
   ASSERT_EQ(RunCommand(probe, &out), 0) << out;
   EXPECT_EQ(out.rfind("REFUSED", 0), 0u) << out;

@@ -3,14 +3,13 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "daemon/peer/credentials.h"
 #include "daemon/peer/job_credentials.h"
 #include "daemon/peer/peer.h"
 #include "daemon/peer/peer_address.h"
 #include "tests/common/temp_dir.h"
+#include "tests/integration/cluster.h"
 
 namespace ckptd {
 namespace {
@@ -133,15 +132,10 @@ TEST_F(JobListenerTest, TheTlsProbeIsAcceptedWithTheJobsCertificateOnly) {
   ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(dir.Sub("m.crt"), client_member_.certificate).ok());
   ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(dir.Sub("m.key"), client_member_.key.private_pem).ok());
   auto probe = [&](const std::string& args) {
-    const std::string command =
-        absl::StrCat("/usr/bin/python3 ", CKPTD_SOURCE_DIR, "/tests/multihost/tls_probe.py 127.0.0.1 ", port_,
-                     args, " 2>&1");
     std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return out;
-    char buffer[512];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-    ::pclose(pipe);
+    testing::RunCommand(absl::StrCat("/usr/bin/python3 ", CKPTD_SOURCE_DIR,
+                                     "/tests/multihost/tls_probe.py 127.0.0.1 ", port_, args),
+                        &out);
     return out;
   };
   std::string out = probe(absl::StrCat(" ", dir.Sub("m.crt"), " ", dir.Sub("m.key")));

@@ -266,7 +266,9 @@ class Daemon {
            return port;
          },
          .failure_domains = config_.failure_domains,
-         .replicas = config_.replicas},
+         .replicas = config_.replicas,
+         .parity = config_.redundancy == "parity" ? config_.parity : 0,
+         .parity_group = config_.parity_group},
         coordinator_, &shard_copier_));
     // Before trainers connect on the local socket; with replicas the peers must already
     // serve, since a host repairs what it lost from them.

@@ -36,9 +36,52 @@ struct Verified {
   std::vector<std::string> problems;
   int64_t bytes = 0;
   int checked = 0;
+  int parity_checked = 0;                   // parity files checked (redundancy: parity)
+  std::vector<std::string> parity_missing;  // parity files that could not be read
   HostPart part;
   bool ok() const { return open_problem.empty() && problems.empty(); }
 };
+
+// A step saved with parity: each parity file that is readable here (through a daemon,
+// every host's) against the size and crc32c ckptd.json recorded. A corrupt one is a
+// problem: the data is intact, but a lost host would be rebuilt wrong (and caught,
+// late, by the entries' checksums). One that cannot be read only lowers how many lost
+// hosts the step survives: a note. Offline, another host's parity file is its own.
+void VerifyParity(const Context& ctx, const std::string& prefix, const ckptd::CheckpointMeta& meta,
+                  const bool through_daemon, Verified* v) {
+  for (const ckptd::CheckpointMeta::Host& h : meta.hosts) {
+    if (h.parity_file.empty()) continue;
+    const std::string path = ckptd::JoinPath(ckptd::DirName(prefix), h.parity_file);
+    const std::string who =
+        absl::StrCat(h.parity_file, " (rank ", h.rank, h.host.empty() ? "" : ", ", h.host, ")");
+    auto file = ctx.checkpoints->NewRandomAccessFile(path);
+    if (!file.ok()) {
+      if (through_daemon || v->part.here.count(h.rank) > 0) {
+        v->parity_missing.push_back(absl::StrCat(who, ": ", file.status().message()));
+      }
+      continue;
+    }
+    uint32_t crc = 0;
+    std::string buffer;
+    absl::Status read = absl::OkStatus();
+    for (uint64_t offset = 0; offset < (*file)->Size() && read.ok();) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>((*file)->Size() - offset, uint64_t{8} << 20));
+      buffer.resize(n);
+      read = (*file)->Read(offset, n, buffer.data());
+      crc = ckptd::crc32c::Extend(crc, buffer.data(), n);
+      offset += n;
+    }
+    ++v->parity_checked;
+    if (!read.ok()) {
+      v->problems.push_back(absl::StrCat(who, ": ", read.message()));
+    } else if (static_cast<int64_t>((*file)->Size()) != h.parity_bytes || crc != h.parity_crc32c) {
+      v->problems.push_back(absl::StrFormat(
+          "%s: %d bytes with crc32c %08x, but ckptd.json recorded %d bytes with %08x: the parity is corrupt, "
+          "so a lost host of its group could not be rebuilt (the data files are checked separately)",
+          who, (*file)->Size(), crc, h.parity_bytes, h.parity_crc32c));
+    }
+  }
+}
 
 Verified VerifyPrefix(const Context& ctx, const std::string& arg, bool progress_on_tty) {
   Verified v;
@@ -50,7 +93,8 @@ Verified VerifyPrefix(const Context& ctx, const std::string& arg, bool progress_
   Progress progress("verify");
   // One host's part of a local-storage checkpoint: check what is here, say where the
   // rest is. A part with none of the data files is a problem, not a pass.
-  v.part = PartHere(ctx, v.prefix, ReadMeta(ctx, v.prefix));
+  const ckptd::CheckpointMeta meta = ReadMeta(ctx, v.prefix);
+  v.part = PartHere(ctx, v.prefix, meta);
   if (!v.part.elsewhere.empty() && v.part.here.empty()) {
     v.problems.push_back(v.part.Note(v.prefix));
     return v;
@@ -61,6 +105,7 @@ Verified VerifyPrefix(const Context& ctx, const std::string& arg, bool progress_
         if (progress_on_tty) progress.Update(done, total);
       },
       v.part.here);
+  VerifyParity(ctx, v.prefix, meta, ctx.checkpoints != ckptd::PosixFileSystem(), &v);
   return v;
 }
 
@@ -69,6 +114,10 @@ json VerifiedJson(const Verified& v) {
   json out = {{"prefix", v.prefix},   {"ok", v.ok()},     {"complete", v.part.elsewhere.empty()},
               {"entries", v.checked}, {"bytes", v.bytes}, {"problems", v.problems}};
   if (!v.part.elsewhere.empty()) out["shards_elsewhere"] = v.part.elsewhere;
+  if (v.parity_checked > 0 || !v.parity_missing.empty()) {
+    out["parity_files_checked"] = v.parity_checked;
+    out["parity_files_missing"] = v.parity_missing;
+  }
   return out;
 }
 
@@ -80,6 +129,11 @@ void PrintVerified(const Verified& v) {
   for (const std::string& line : v.problems) std::cerr << "FAIL " << line << std::endl;
   if (!v.part.elsewhere.empty() && !v.part.here.empty())
     std::printf("note: %s\n", v.part.Note(v.prefix).c_str());
+  for (const std::string& missing : v.parity_missing) {
+    std::printf("note: parity file %s: the step survives one lost host fewer in that group\n",
+                missing.c_str());
+  }
+  if (v.parity_checked > 0) std::printf("%d parity file(s) checked\n", v.parity_checked);
   std::printf("%s: %d entries checked, %lld bytes, %zu problem(s)\n", v.prefix.c_str(), v.checked,
               static_cast<long long>(v.bytes), v.problems.size());
 }

@@ -28,6 +28,11 @@ std::string DataPath(const std::string& prefix, int shard, int num_shards);
 // The inverse for a step's own files: true, with shard and num_shards, when the file
 // name of `path` is exactly DataPath("ckpt", shard, num_shards).
 bool ParseDataFileName(const std::string& path, int* shard, int* num_shards);
+// With parity (config redundancy: parity): rank `rank`'s parity file of a step that
+// `num_ranks` saved, "<prefix>.parity-RRRRR-of-NNNNN", and the inverse for a step's
+// own files.
+std::string ParityPath(const std::string& prefix, int rank, int num_ranks);
+bool ParseParityFileName(const std::string& path, int* rank, int* num_ranks);
 
 // Box <-> TF's TensorSliceProto (a dimension covered whole has no length).
 tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape);

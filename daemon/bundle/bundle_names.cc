@@ -36,6 +36,19 @@ bool ParseDataFileName(const std::string& path, int* shard, int* num_shards) {
          base == DataPath("ckpt", *shard, *num_shards);
 }
 
+std::string ParityPath(const std::string& prefix, int rank, int num_ranks) {
+  char suffix[64];
+  std::snprintf(suffix, sizeof(suffix), ".parity-%05d-of-%05d", rank, num_ranks);
+  return prefix + suffix;
+}
+
+bool ParseParityFileName(const std::string& path, int* rank, int* num_ranks) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  char tail = 0;
+  return std::sscanf(base.c_str(), "ckpt.parity-%5d-of-%5d%c", rank, num_ranks, &tail) == 2 &&
+         base == ParityPath("ckpt", *rank, *num_ranks);
+}
+
 tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape) {
   tf::TensorSliceProto proto;
   for (size_t d = 0; d < box.rank(); ++d) {

@@ -141,6 +141,11 @@ std::string CheckpointMeta::ToJson() const {
     w.Field("copies", h.copies);
     w.Field("file", h.file);
     w.Field("host", h.host);
+    if (!h.parity_file.empty()) {
+      w.Field("parity_bytes", h.parity_bytes);
+      w.Field("parity_crc32c", int64_t{h.parity_crc32c});
+      w.Field("parity_file", h.parity_file);
+    }
     w.Field("rank", int64_t{h.rank});
     w.Field("write_seconds", h.write_seconds);
     w.EndObject();
@@ -149,6 +154,21 @@ std::string CheckpointMeta::ToJson() const {
   if (!imported_from.empty()) w.Field("imported_from", imported_from);
   w.Field("mesh", mesh);
   w.Field("num_hosts", int64_t{num_hosts});
+  if (parity.parity > 0) {
+    w.Key("parity");
+    w.BeginObject();
+    w.Key("groups");
+    w.BeginArray();
+    for (const ParityGroup& group : parity.groups) {
+      w.BeginObject();
+      w.Field("members", group.members);
+      w.Field("segment_bytes", group.segment_bytes);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Field("parity", int64_t{parity.parity});
+    w.EndObject();
+  }
   w.Field("run", run);
   w.Field("step", step);
   w.Field("storage", storage);
@@ -206,7 +226,18 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
                             .file = h.value("file", ""),
                             .bytes = h.value("bytes", int64_t{0}),
                             .write_seconds = h.value("write_seconds", 0.0),
-                            .copies = h.value("copies", std::vector<int>())});
+                            .copies = h.value("copies", std::vector<int>()),
+                            .parity_file = h.value("parity_file", ""),
+                            .parity_bytes = h.value("parity_bytes", int64_t{0}),
+                            .parity_crc32c = h.value("parity_crc32c", uint32_t{0})});
+    }
+    if (doc.contains("parity")) {
+      const nlohmann::json& parity = doc["parity"];
+      meta.parity.parity = parity.value("parity", 0);
+      for (const auto& g : parity.value("groups", nlohmann::json::array())) {
+        meta.parity.groups.push_back({.members = g.value("members", std::vector<int>()),
+                                      .segment_bytes = g.value("segment_bytes", int64_t{0})});
+      }
     }
     for (const auto& t : doc.value("tensors", nlohmann::json::array())) {
       Tensor tensor{.name = t.value("name", ""),
@@ -232,6 +263,13 @@ absl::StatusOr<CheckpointMeta> CheckpointMeta::FromJson(const std::string& text)
                                             kCheckpointMetaFormat, "'"));
   }
   return meta;
+}
+
+const CheckpointMeta::ParityGroup* CheckpointMeta::ParityGroupOf(int rank) const {
+  for (const ParityGroup& group : parity.groups) {
+    if (absl::c_linear_search(group.members, rank)) return &group;
+  }
+  return nullptr;
 }
 
 const CheckpointMeta::Host* CheckpointMeta::FindHost(int rank) const {

@@ -26,6 +26,23 @@ struct CheckpointMeta {
     int64_t bytes = 0;
     double write_seconds = 0;
     std::vector<int> copies{};  // ranks that also hold this data file (config replicas)
+    // With parity: this rank's parity file (its group's parity chunks it holds, one
+    // per stripe, in StripeLayout::HeldParity order), its size and crc32c (unmasked).
+    std::string parity_file{};
+    int64_t parity_bytes = 0;
+    uint32_t parity_crc32c = 0;
+  };
+  // Erasure-coded parity across hosts (config redundancy: parity); parity == 0: none.
+  // A group's members are saving ranks, ascending; its stripes follow
+  // StripeLayout(members, parity) over segments of segment_bytes, and data files shorter
+  // than K segments count as padded with zeros.
+  struct ParityGroup {
+    std::vector<int> members{};
+    int64_t segment_bytes = 0;
+  };
+  struct Parity {
+    int parity = 0;
+    std::vector<ParityGroup> groups{};
   };
   struct PlacedBox {
     Box box{};
@@ -52,6 +69,7 @@ struct CheckpointMeta {
   int64_t created_unix = 0;
   std::vector<int64_t> bytes_per_host{};
   std::vector<Host> hosts{};
+  Parity parity{};
   std::vector<Tensor> tensors{};
   double max_write_seconds = 0;
   double commit_seconds = 0;
@@ -62,6 +80,8 @@ struct CheckpointMeta {
   std::string HostOf(int rank) const;
   // The entry of saving rank `rank`, or null.
   const Host* FindHost(int rank) const;
+  // With parity: the group that saving rank `rank` is in, or null.
+  const ParityGroup* ParityGroupOf(int rank) const;
 
   // Indented JSON text.
   std::string ToJson() const;

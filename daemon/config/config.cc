@@ -109,6 +109,20 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
   if (config.replicas > 0 && config.storage != Storage::kLocal) {
     return Invalid("replicas: copies go to other hosts' local disks; they need storage: local");
   }
+  if (config.redundancy == "parity") {
+    if (config.replicas > 0) {
+      return Invalid(
+          "replicas and redundancy: parity are exclusive: choose full copies (replicas) or parity, not both");
+    }
+    if (config.storage != Storage::kLocal) {
+      return Invalid("redundancy: parity protects hosts' local disks; it needs storage: local");
+    }
+    if (config.parity < 1 || config.parity >= config.parity_group) {
+      return Invalid(absl::StrCat("parity: ", config.parity,
+                                  " must be at least 1 and less than parity_group (", config.parity_group,
+                                  ")"));
+    }
+  }
   if (!config.drain_to.empty()) {
     if (absl::StrContains(config.drain_to, "{rank}")) {
       return Invalid("drain_to: one directory every host shares; {rank} has no place in it");

@@ -27,6 +27,14 @@ struct DaemonConfig {
   // many partner hosts (never two copies on one host, nor in one failure domain), so a
   // step survives the loss of up to `replicas` hosts. Needs storage local.
   int replicas = 0;
+  // "none", or "parity": local storage, and hosts form groups of about parity_group;
+  // each group keeps `parity` Reed-Solomon parity chunks per stripe of its data files
+  // on its own hosts, so a step survives the loss of up to `parity` hosts per group
+  // at parity / (parity_group - parity) of the data in extra space. Exclusive with
+  // replicas.
+  std::string redundancy = "none";
+  int parity_group = 4;
+  int parity = 1;
   // Host name -> failure domain (a rack, a switch); hosts not named are their own.
   std::map<std::string, std::string> failure_domains;
   // Drain: committed steps are also copied, in the background, into this directory (a

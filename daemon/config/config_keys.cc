@@ -290,6 +290,17 @@ void AddStorageKeys(std::vector<ConfigKey>& keys) {
              "local storage: copies of each host's data file on that many other hosts before a step "
              "commits, through the peer channel",
              &C::replicas, 0));
+  keys.push_back(StringKey("redundancy", "--redundancy",
+                           "`none`, or `parity`: local storage, and each group of `parity_group` hosts keeps "
+                           "Reed-Solomon parity of its data files on its own hosts (exclusive with replicas)",
+                           &C::redundancy, OneOf({"none", "parity"}, "none or parity"), "none or parity"));
+  keys.push_back(IntKey("parity_group", "--parity-group",
+                        "redundancy parity: hosts per group (the last groups take the remainder)",
+                        &C::parity_group, 2));
+  keys.push_back(IntKey("parity", "--parity",
+                        "redundancy parity: hosts per group that may be lost; costs parity / (parity_group - "
+                        "parity) of the data in space",
+                        &C::parity, 1));
   keys.push_back(
       FailureDomainsKey("host name -> failure domain (rack); copies of one file never share one; unmapped "
                         "hosts are their own"));

@@ -82,6 +82,7 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   for (const Step& step : {Step{&Coordinator::PreparePhase, true, true, "prepare"},
                            Step{&Coordinator::WritePhase, true, false, "write"},
                            Step{&Coordinator::ReplicatePhase, true, false, "replicate"},
+                           Step{&Coordinator::ParityPhase, true, false, "parity"},
                            Step{&Coordinator::MergePhase, true, false, "merge"},
                            Step{&Coordinator::PublishPhase, false, true, "publish"},
                            Step{&Coordinator::ConfirmPhase, false, false, "confirm"}}) {
@@ -209,7 +210,7 @@ absl::Status Coordinator::ReplicatePhase(Attempt& attempt, absl::Status* mine) {
   // Every rank fetches the data files it keeps for others into its temp directory,
   // so that its publish renames them into place with its own; the vote that follows
   // makes the step wait for every copy, and a failed copy fails it everywhere.
-  if (copier_ == nullptr) return absl::OkStatus();
+  if (copier_ == nullptr || replica_copies_.empty()) return absl::OkStatus();
   const int rank = collective_->rank(), ranks = collective_->size();
   const std::string prefix = CheckpointStore::Prefix(store_->TempDir(attempt.key.run, attempt.key.step));
   for (int shard = 0; shard < ranks && mine->ok(); ++shard) {

@@ -210,7 +210,21 @@ absl::StatusOr<internal::StepFiles> Coordinator::BuildStepFiles(const StepKey& k
                           .bytes = list.file_bytes(),
                           .write_seconds = list.write_seconds(),
                           .copies = replica_copies_.empty() ? std::vector<int>() : replica_copies_[host]});
+    if (parity_ > 0) {
+      CheckpointMeta::Host& h = meta.hosts.back();
+      h.parity_file = ParityPath("ckpt", host, num_shards);
+      h.parity_bytes = list.parity_bytes();
+      h.parity_crc32c = list.parity_crc32c();
+    }
     meta.max_write_seconds = std::max(meta.max_write_seconds, list.write_seconds());
+  }
+
+  if (parity_ > 0) {
+    meta.parity.parity = parity_;
+    for (const std::vector<int>& members : parity_groups_.members) {
+      // Every member of a group computed the same segment size; any one's report does.
+      meta.parity.groups.push_back({.members = members, .segment_bytes = lists[members[0]].segment_bytes()});
+    }
   }
 
   // Stable: of two reports of one box, the later host's counts.

@@ -453,6 +453,12 @@ void Coordinator::SetReplicas(std::vector<std::vector<int>> copies, ShardCopier*
   copier_ = copier;
 }
 
+void Coordinator::SetParity(ParityGroups groups, int parity, ShardCopier* copier) {
+  parity_groups_ = std::move(groups);
+  parity_ = parity;
+  copier_ = copier;
+}
+
 absl::StatusOr<std::vector<internal::PeerInfo>> Coordinator::ExchangePeerInfo(
     const internal::PeerInfo& mine) {
   ASSIGN_OR_RETURN(std::vector<std::string> all,

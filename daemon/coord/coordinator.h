@@ -21,6 +21,7 @@
 #include "daemon/coord/collective.h"
 #include "daemon/coord/commit_observer.h"
 #include "daemon/coord/drain_schedule.h"
+#include "daemon/coord/parity.h"
 #include "daemon/coord/replicas.h"
 #include "daemon/coord/round_participant.h"
 #include "daemon/coord/step_registry.h"
@@ -95,6 +96,10 @@ class Coordinator {
   // data file (PlaceReplicas), fetched through `copier`, which must outlive Run. Every
   // rank must be given the same copies. Call before Run.
   void SetReplicas(std::vector<std::vector<int>> copies, ShardCopier* copier);
+  // Local storage with redundancy parity: the groups (PlaceParityGroups, the same on
+  // every rank) and `parity` chunks per stripe; each commit's parity phase reads the
+  // group's data files through `copier`, which must outlive Run. Call before Run.
+  void SetParity(ParityGroups groups, int parity, ShardCopier* copier);
   // Commit-time work of a storage tier or of metrics (see CommitObserver), called in
   // the order added. Call before Run; `observer` must outlive Run.
   void AddObserver(CommitObserver* observer) { observers_.push_back(observer); }
@@ -197,6 +202,11 @@ class Coordinator {
   absl::Status PreparePhase(Attempt& attempt, absl::Status* mine);
   absl::Status WritePhase(Attempt& attempt, absl::Status* mine);
   absl::Status ReplicatePhase(Attempt& attempt, absl::Status* mine);
+  absl::Status ParityPhase(Attempt& attempt, absl::Status* mine);
+  // The parity phase's work on this rank: its parity file of the step, written into
+  // the temp directory; its size and crc32c, and the group's segment size, appended
+  // to attempt.entries.
+  absl::Status WriteParityFile(Attempt& attempt, const std::vector<int64_t>& file_sizes);
   absl::Status MergePhase(Attempt& attempt, absl::Status* mine);
   absl::Status PublishPhase(Attempt& attempt, absl::Status* mine);
   absl::Status ConfirmPhase(Attempt& attempt, absl::Status* mine);
@@ -228,6 +238,8 @@ class Coordinator {
   std::map<StepKey, absl::Status> failed_here_;   // steps a deadline failed on this rank
   std::vector<std::vector<int>> replica_copies_;  // see SetReplicas; empty = no replicas
   ShardCopier* copier_ = nullptr;
+  int parity_ = 0;  // see SetParity; 0 = no parity
+  ParityGroups parity_groups_;
   std::vector<CommitObserver*> observers_;       // see AddObserver
   std::vector<RoundParticipant*> participants_;  // see AddParticipant
   std::optional<DrainSchedule> drain_;           // with options_.drainer; a participant

@@ -21,6 +21,25 @@ struct Coordinator::StepHolders {
   std::set<int> ranks;                    // ranks that hold the step committed
   std::map<int, std::vector<int>> files;  // shard -> ranks that hold its data file
   int num_shards = 0;
+  // With parity (from the holders' ckptd.json): P, each saving rank's group, and the
+  // saving ranks whose parity files survive.
+  int parity = 0;
+  std::vector<int> group_of;
+  std::set<int> parity_files;
+
+  // Whether every data file that no host holds can be rebuilt from parity: in every
+  // group, at most P members lack their data or parity file.
+  bool RebuildableFromParity() const {
+    if (parity == 0 || static_cast<int>(group_of.size()) != num_shards) return false;
+    std::map<int, int> missing;
+    for (int shard = 0; shard < num_shards; ++shard) {
+      if (files.count(shard) == 0 || parity_files.count(shard) == 0) ++missing[group_of[shard]];
+    }
+    for (const auto& [group, count] : missing) {
+      if (count > parity) return false;
+    }
+    return true;
+  }
 };
 
 absl::Status Coordinator::ListHeldSteps(internal::StepList* mine) {
@@ -31,12 +50,28 @@ absl::Status Coordinator::ListHeldSteps(internal::StepList* mine) {
       internal::HeldStep* held = mine->add_steps();
       held->set_run(run);
       held->set_step(step);
-      ASSIGN_OR_RETURN(std::vector<std::string> names, store_->fs()->ListDir(store_->StepDir(run, step)));
+      const std::string dir = store_->StepDir(run, step);
+      ASSIGN_OR_RETURN(std::vector<std::string> names, store_->fs()->ListDir(dir));
       for (const std::string& name : names) {
         int shard = 0, num_shards = 0;
+        if (ParseParityFileName(name, &shard, &num_shards)) held->add_parity_files(shard);
         if (!ParseDataFileName(name, &shard, &num_shards)) continue;
         held->add_data_files(shard);
         held->set_num_shards(num_shards);
+      }
+      // Only a step with parity files has its ckptd.json read: it may be megabytes.
+      if (held->parity_files_size() == 0) continue;
+      if (absl::StatusOr<CheckpointMeta> meta = ReadCheckpointMeta(store_->fs(), dir);
+          meta.ok() && meta->parity.parity > 0) {
+        held->set_parity(meta->parity.parity);
+        std::vector<int> group_of(static_cast<size_t>(meta->num_hosts), 0);
+        for (size_t g = 0; g < meta->parity.groups.size(); ++g) {
+          for (int member : meta->parity.groups[g].members) {
+            if (member >= 0 && member < meta->num_hosts) group_of[member] = static_cast<int>(g);
+          }
+        }
+        held->mutable_group_of()->Add(group_of.begin(), group_of.end());
+        if (held->num_shards() == 0) held->set_num_shards(meta->num_hosts);
       }
     }
   }
@@ -61,6 +96,11 @@ absl::Status Coordinator::ReconcileLocalSteps() {
       h.ranks.insert(r);
       for (int shard : step.data_files()) h.files[shard].push_back(r);
       if (step.num_shards() > 0) h.num_shards = step.num_shards();
+      h.parity_files.insert(step.parity_files().begin(), step.parity_files().end());
+      if (step.parity() > 0) {
+        h.parity = step.parity();
+        h.group_of.assign(step.group_of().begin(), step.group_of().end());
+      }
     }
   }
   const int ranks = collective_->size();
@@ -71,6 +111,8 @@ absl::Status Coordinator::ReconcileLocalSteps() {
     // the one that saved the step.
     bool repairable = copier_ != nullptr && h.num_shards > 0;
     for (int shard = 0; repairable && shard < h.num_shards; ++shard) repairable = h.files.count(shard) > 0;
+    // With parity, a lost data file is rebuilt from its group instead.
+    repairable = repairable || (copier_ != nullptr && h.RebuildableFromParity());
     if (repairable) {
       const absl::Status repaired = RepairStep(key, h, deadline);
       ASSIGN_OR_RETURN(absl::Status outcome, Vote(Where(repaired), deadline));
@@ -149,7 +191,11 @@ absl::Status Coordinator::RepairStep(const StepKey& key, const StepHolders& hold
     const std::string landing = have_step ? absl::StrCat(path, ".repair") : path;
     absl::Status copied =
         absl::DataLossError(absl::StrCat("no other host holds rank ", shard, "'s data file"));
-    for (int from : holders.files.at(shard)) {
+    const auto held = holders.files.find(shard);
+    if (held == holders.files.end() && holders.parity > 0) {
+      copied = copier_->RebuildDataFile(key, dir, shard, holders.num_shards, fs, landing, deadline);
+    }
+    for (int from : held == holders.files.end() ? std::vector<int>() : held->second) {
       if (from == rank) continue;
       copied = copier_->CopyStepFile(key, name, from, /*pending=*/false, fs, landing, deadline);
       if (copied.ok()) break;

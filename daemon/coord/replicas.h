@@ -34,6 +34,16 @@ class ShardCopier {
   // file and none has published); otherwise the file in `from`'s step directory.
   virtual absl::Status CopyStepFile(const StepKey& key, const std::string& name, int from, bool pending,
                                     FileSystem* fs, const std::string& dest, absl::Time deadline) = 0;
+  // Reads [offset, offset + length) of that file (named and found as by CopyStepFile)
+  // into `dst`: the parity phase's reads of the group's pending data files.
+  virtual absl::Status ReadStepRange(const StepKey& key, const std::string& name, int from, bool pending,
+                                     int64_t offset, int64_t length, char* dst, absl::Time deadline) = 0;
+  // Rebuilds saving rank `shard`'s data file of committed step `key` from its parity
+  // group, as ckptd.json in `step_dir` (on `fs`) describes it, into `dest` on `fs`,
+  // synced: the repair of a host that lost its disk.
+  virtual absl::Status RebuildDataFile(const StepKey& key, const std::string& step_dir, int shard,
+                                       int num_shards, FileSystem* fs, const std::string& dest,
+                                       absl::Time deadline) = 0;
 };
 
 }  // namespace ckptd

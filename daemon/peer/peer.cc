@@ -12,6 +12,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/bundle/checkpoint_meta.h"
+#include "daemon/peer/rebuilt_file.h"
 #include "daemon/service/validation.h"
 
 namespace ckptd {
@@ -157,9 +158,23 @@ internal::ReadRangeRequest StepFileRequest(const std::string& run, int64_t step,
     request.set_shard(shard);
     request.set_num_shards(num_shards);
   } else {
-    request.set_file(name);
+    request.set_file(name.substr(name.rfind('/') + 1));
   }
   return request;
+}
+
+// File `name` of step `key` on rank `from`, opened for a copy or the parity phase
+// (read around the serving daemon's read cache).
+absl::StatusOr<std::unique_ptr<RemoteFile>> OpenForCopy(PeerDirectory* directory, const StepKey& key,
+                                                        const std::string& name, int from, bool pending,
+                                                        absl::Time deadline) {
+  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory->Stub(from));
+  internal::ReadRangeRequest request = StepFileRequest(key.run, key.step, name, pending);
+  request.set_copy(true);
+  auto source = std::make_unique<RemoteFile>(stub, std::move(request), directory->token(),
+                                             directory->Describe(from), deadline);
+  RETURN_IF_ERROR(source->Open());
+  return source;
 }
 
 }  // namespace
@@ -271,15 +286,46 @@ std::optional<int> PeerDirectory::RankOfHost(const std::string& host) const {
 absl::Status PeerShardCopier::CopyStepFile(const StepKey& key, const std::string& name, int from,
                                            bool pending, FileSystem* fs, const std::string& dest,
                                            absl::Time deadline) {
-  ASSIGN_OR_RETURN(internal::Peer::Stub * stub, directory_->Stub(from));
-  internal::ReadRangeRequest request = StepFileRequest(key.run, key.step, name, pending);
-  request.set_copy(true);
-  RemoteFile source(stub, std::move(request), directory_->token(), directory_->Describe(from), deadline);
-  RETURN_IF_ERROR(source.Open());
+  ASSIGN_OR_RETURN(std::unique_ptr<RemoteFile> source,
+                   OpenForCopy(directory_, key, name, from, pending, deadline));
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewDirectWritableFile(dest));
-  for (uint64_t offset = 0; offset < source.Size();) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(source.Size() - offset, kMaxRangeBytes));
-    RETURN_IF_ERROR(source.Stream(offset, n, [&](absl::string_view piece) { return out->Append(piece); }));
+  for (uint64_t offset = 0; offset < source->Size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(source->Size() - offset, kMaxRangeBytes));
+    RETURN_IF_ERROR(source->Stream(offset, n, [&](absl::string_view piece) { return out->Append(piece); }));
+    offset += n;
+  }
+  RETURN_IF_ERROR(Annotate(out->Sync(), dest));
+  return Annotate(out->Close(), dest);
+}
+
+absl::Status PeerShardCopier::ReadStepRange(const StepKey& key, const std::string& name, int from,
+                                            bool pending, int64_t offset, int64_t length, char* dst,
+                                            absl::Time deadline) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RemoteFile> source,
+                   OpenForCopy(directory_, key, name, from, pending, deadline));
+  for (int64_t done = 0; done < length;) {
+    const int64_t n = std::min<int64_t>(length - done, kMaxRangeBytes);
+    RETURN_IF_ERROR(source->Read(static_cast<uint64_t>(offset + done), static_cast<size_t>(n), dst + done));
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PeerShardCopier::RebuildDataFile(const StepKey& key, const std::string& step_dir, int shard,
+                                              int num_shards, FileSystem* fs, const std::string& dest,
+                                              absl::Time deadline) {
+  PeerFileSystem peers(fs, directory_, key.run, key.step, deadline, /*read_once=*/false,
+                       /*shared_root=*/false, /*counts=*/nullptr);
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> source,
+                   peers.NewRandomAccessFile(JoinPath(step_dir, DataPath("ckpt", shard, num_shards))));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, fs->NewDirectWritableFile(dest));
+  constexpr size_t kPiece = size_t{16} << 20;
+  std::string buffer;
+  for (uint64_t offset = 0; offset < source->Size();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(source->Size() - offset, kPiece));
+    buffer.resize(n);
+    RETURN_IF_ERROR(source->Read(offset, n, buffer.data()));
+    RETURN_IF_ERROR(Annotate(out->Append(buffer), dest));
     offset += n;
   }
   RETURN_IF_ERROR(Annotate(out->Sync(), dest));
@@ -303,7 +349,9 @@ absl::Status PeerService::DoReadRange(const internal::ReadRangeRequest& request,
   RETURN_IF_ERROR(ValidateRunName(request.run()));
   const bool own = request.shard() == directory_->rank();
   const bool step_file = !request.file().empty();
-  if ((step_file && request.file() != IndexPath("ckpt") && request.file() != kCheckpointMetaFile) ||
+  int parity_rank = 0, parity_ranks = 0;
+  if ((step_file && request.file() != IndexPath("ckpt") && request.file() != kCheckpointMetaFile &&
+       !ParseParityFileName(request.file(), &parity_rank, &parity_ranks)) ||
       (!step_file &&
        (request.num_shards() < 1 || request.shard() < 0 || request.shard() >= request.num_shards())) ||
       (request.pending() && (step_file || !own)) || request.offset() < 0 || request.length() < 0 ||
@@ -349,6 +397,13 @@ int PeerFileSystem::ReaderOf(int shard, const std::vector<int>& holders) const {
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAccessFile(
     const std::string& path) {
   int shard = 0, num_shards = 0;
+  if (ParseParityFileName(path, &shard, &num_shards)) {
+    // Only on its writer's host (ckptctl verify reads them through a daemon).
+    HoldersOf(shard, DirName(path));  // reads ckptd.json
+    const CheckpointMeta* meta = ParityMeta();
+    if (meta == nullptr) return target()->NewRandomAccessFile(path);
+    return OpenSaved(*meta, shard, path);
+  }
   if (!ParseDataFileName(path, &shard, &num_shards)) return target()->NewRandomAccessFile(path);
   const std::vector<int> holders = HoldersOf(shard, DirName(path));
   int asked = -1;  // the reader tried first, if not this daemon
@@ -386,7 +441,46 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
     if (!tried_remote) first_failure = remote.status();
     tried_remote = true;
   }
+  if (ParityMeta() != nullptr) return Rebuild(shard, num_shards, DirName(path), first_failure);
   return first_failure;
+}
+
+const CheckpointMeta* PeerFileSystem::ParityMeta() {
+  absl::MutexLock lock(&mu_);
+  return meta_.has_value() && meta_->parity.parity > 0 ? &*meta_ : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::OpenSaved(const CheckpointMeta& meta,
+                                                                            int saving_rank,
+                                                                            const std::string& path) {
+  const std::string host = meta.HostOf(saving_rank);
+  if (host.empty() || host == HostName()) return target()->NewRandomAccessFile(path);
+  std::optional<int> now = directory_->RankOfHost(host);
+  if (!now.has_value()) return absl::NotFoundError(absl::StrCat(host, " is not in this job"));
+  return OpenRemote(*now, path);
+}
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::Rebuild(int shard, int num_shards,
+                                                                          const std::string& step_dir,
+                                                                          const absl::Status& why) {
+  const CheckpointMeta& meta = *ParityMeta();  // read once, never replaced
+  const CheckpointMeta::ParityGroup* group = meta.ParityGroupOf(shard);
+  if (group == nullptr) return why;
+  ParitySources sources;
+  for (int member : group->members) {
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> data =
+        member == shard ? absl::NotFoundError("lost")
+                        : OpenSaved(meta, member, JoinPath(step_dir, DataPath("ckpt", member, num_shards)));
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> parity =
+        OpenSaved(meta, member, JoinPath(step_dir, ParityPath("ckpt", member, num_shards)));
+    sources.data.push_back(data.ok() ? *std::move(data) : nullptr);
+    sources.parity.push_back(parity.ok() ? *std::move(parity) : nullptr);
+  }
+  spdlog::warn(
+      "run '{}' step {}: rank {}'s data file cannot be read from any host ({}); rebuilding it from "
+      "its parity group",
+      run_, step_, shard, std::string(why.message()));
+  return NewRebuiltFile(meta, shard, std::move(sources), absl::StrCat("run '", run_, "' step ", step_));
 }
 
 std::vector<int> PeerFileSystem::HoldersOf(int shard, const std::string& step_dir) {
@@ -406,7 +500,10 @@ std::vector<int> PeerFileSystem::HoldersOf(int shard, const std::string& step_di
   if (const CheckpointMeta::Host* writer = meta.FindHost(shard); writer != nullptr) {
     for (int copy : writer->copies) add(copy);
   }
-  return holders.empty() ? directory_->Holders(shard) : holders;
+  // A writer whose host is recorded but not in this job has no holder here; a step
+  // that does not say guesses by rank.
+  if (holders.empty() && meta.HostOf(shard).empty()) return directory_->Holders(shard);
+  return holders;
 }
 
 }  // namespace ckptd

@@ -103,6 +103,10 @@ class PeerShardCopier final : public ShardCopier {
   explicit PeerShardCopier(PeerDirectory* directory) : directory_(directory) {}
   absl::Status CopyStepFile(const StepKey& key, const std::string& name, int from, bool pending,
                             FileSystem* fs, const std::string& dest, absl::Time deadline) override;
+  absl::Status ReadStepRange(const StepKey& key, const std::string& name, int from, bool pending,
+                             int64_t offset, int64_t length, char* dst, absl::Time deadline) override;
+  absl::Status RebuildDataFile(const StepKey& key, const std::string& step_dir, int shard, int num_shards,
+                               FileSystem* fs, const std::string& dest, absl::Time deadline) override;
 
  private:
   PeerDirectory* directory_;
@@ -134,7 +138,9 @@ class PeerService final : public internal::Peer::Service {
 // of (see ReaderOf) comes from its reader's daemon even when this host could read it
 // (a shared root, a replica's copy), so that each stored byte leaves storage once;
 // storage here is the fallback when that daemon cannot serve it. Bytes received
-// from peers are added to counts->peer_bytes (counts may be null).
+// from peers are added to counts->peer_bytes (counts may be null). With parity, a data
+// file no host can serve is rebuilt from its group's other data and parity files
+// (RebuiltFile), read wherever they are.
 class PeerFileSystem final : public FileSystemWrapper {
  public:
   PeerFileSystem(FileSystem* local, PeerDirectory* directory, std::string run, int64_t step,
@@ -160,6 +166,17 @@ class PeerFileSystem final : public FileSystemWrapper {
   // ranks when no holder is in the job.
   int ReaderOf(int shard, const std::vector<int>& holders) const;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRemote(int holder, const std::string& path);
+  // The step's ckptd.json when the step has parity (HoldersOf has read it), or null.
+  const CheckpointMeta* ParityMeta();
+  // File `path` (data or parity) of saving rank `saving_rank`: here when its host is
+  // this one, else from the daemon on its host.
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenSaved(const CheckpointMeta& meta, int saving_rank,
+                                                              const std::string& path);
+  // Rank `shard`'s data file rebuilt from its parity group; `why` is why it could not
+  // be read as it is.
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Rebuild(int shard, int num_shards,
+                                                            const std::string& step_dir,
+                                                            const absl::Status& why);
 
   PeerDirectory* directory_;
   std::string run_;

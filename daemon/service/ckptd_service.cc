@@ -371,9 +371,11 @@ absl::Status CkptdService::DoReadStepFile(const v1::ReadStepFileRequest& request
   int shard = 0, num_shards = 0;
   const bool data_file =
       request.file().find('/') == std::string::npos && ParseDataFileName(request.file(), &shard, &num_shards);
-  if (!data_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("file: '", request.file(), "' is not ckpt.index, ckptd.json or a data file of a step"));
+  const bool parity_file = request.file().find('/') == std::string::npos &&
+                           ParseParityFileName(request.file(), &shard, &num_shards);
+  if (!data_file && !parity_file && request.file() != "ckpt.index" && request.file() != kCheckpointMetaFile) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file: '", request.file(), "' is not ckpt.index, ckptd.json or a data or parity file of a step"));
   }
   if (request.offset() < 0 || request.length() < 0 || request.length() > kMaxReadBytes) {
     return absl::InvalidArgumentError(absl::StrCat("offset, length: [", request.offset(), ", +",

@@ -77,6 +77,10 @@ struct PeerSetUp {
   std::function<absl::StatusOr<int>(const std::string& host, const TlsPem& pem)> start_peer_listener{};
   std::map<std::string, std::string> failure_domains{};  // host -> domain; unmapped: its own
   int replicas = 0;
+  // redundancy parity: `parity` (0: none) parity chunks per stripe in groups of about
+  // `parity_group` hosts.
+  int parity = 0;
+  int parity_group = 0;
 };
 
 // The drain root (drain_to), claimed at start-up: made private (or open to `group`),
@@ -179,13 +183,18 @@ class StorageTiers {
   // (start_peer_listener) on the address ChoosePeerHost picks. Not needed, and not
   // made, for read_once alone when every rank runs on one host. tcp.address on some
   // hosts only is FAILED_PRECONDITION naming them. With replicas, places each host's
-  // copies (other failure domains) and hands them and `copier` to the coordinator.
+  // copies (other failure domains) and hands them and `copier` to the coordinator;
+  // with parity, the groups (PlaceParityGroups), likewise.
   absl::Status MeetPeers(const PeerSetUp& mine, Coordinator& coordinator, ShardCopier* copier);
 
   // Logs, once the daemon serves, what the tiers add to the root (the drain).
   void LogSetUp() const;
 
  private:
+  // MeetPeers' part for redundancy parity.
+  absl::Status PlaceParity(const PeerSetUp& mine, const std::vector<std::string>& domains,
+                           Coordinator& coordinator, ShardCopier* copier);
+
   StorageTiersOptions options_;
   mutable ReadCache read_cache_;
   MemoryTier memory_tier_;  // holds nothing with memory_steps 0

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/base/status.h"
+#include "daemon/coord/parity.h"
 #include "daemon/coord/replicas.h"
 #include "daemon/io/private_dir.h"
 #include "daemon/peer/job_credentials.h"
@@ -123,6 +124,10 @@ absl::Status StorageTiers::MeetPeers(const PeerSetUp& mine, Coordinator& coordin
   } else {
     // Every rank decides alike, from the same gathered infos.
     const bool wanted = all.size() >= 2 && (local_storage() || !one_host || mine.replicas > 0);
+    if (!wanted && mine.parity > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("redundancy: parity needs at least ", mine.parity + 1, " hosts; this job has one"));
+    }
     if (!wanted) return absl::OkStatus();
     ASSIGN_OR_RETURN(pem, IssueJobCertificates(mine.rank, all, *key, coordinator));
     ASSIGN_OR_RETURN(PeerHostChoice choice,
@@ -147,6 +152,7 @@ absl::Status StorageTiers::MeetPeers(const PeerSetUp& mine, Coordinator& coordin
   }
   RETURN_IF_ERROR(peer_directory_.Set(mine.rank, std::move(addresses), std::move(hosts), all[0].token(),
                                       std::move(pem), std::move(peer_name)));
+  if (mine.parity > 0) return PlaceParity(mine, domains, coordinator, copier);
   if (mine.replicas == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<std::vector<int>> copies, PlaceReplicas(domains, mine.replicas));
   std::vector<std::string> mine_elsewhere;
@@ -155,6 +161,22 @@ absl::Status StorageTiers::MeetPeers(const PeerSetUp& mine, Coordinator& coordin
                absl::StrJoin(mine_elsewhere, ", "));
   peer_directory_.SetCopies(copies);
   coordinator.SetReplicas(std::move(copies), copier);
+  return absl::OkStatus();
+}
+
+absl::Status StorageTiers::PlaceParity(const PeerSetUp& mine, const std::vector<std::string>& domains,
+                                       Coordinator& coordinator, ShardCopier* copier) {
+  ASSIGN_OR_RETURN(ParityGroups groups, PlaceParityGroups(domains, mine.parity_group, mine.parity));
+  const std::vector<int>& members = groups.members[groups.group_of[mine.rank]];
+  std::vector<std::string> named;
+  for (int member : members) named.push_back(peer_directory_.Describe(member));
+  const int k = static_cast<int>(members.size()) - mine.parity;
+  spdlog::info(
+      "parity: {} of {} hosts may be lost per group (space: {}/{} of the data); this host's group: {}{}",
+      mine.parity, members.size(), mine.parity, k, absl::StrJoin(named, ", "),
+      groups.note.empty() ? "" : absl::StrCat(" (", groups.note, ")"));
+  if (!groups.note.empty() && mine.rank == 0) spdlog::warn("parity: {}", groups.note);
+  coordinator.SetParity(std::move(groups), mine.parity, copier);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "ckptd/v1/ckptd.grpc.pb.h"
 #include "daemon/base/status.h"
+#include "daemon/bundle/crc32c.h"
 #include "daemon/io/file_system.h"
 #include "tests/integration/cluster.h"
 
@@ -1076,6 +1078,384 @@ TEST_F(StorageModeTest, LocalStorageNeedsARootPerDaemon) {
   EXPECT_TRUE(PosixFileSystem()->Exists(roots.Sub("root-1/mh/step-00000001/ckpt.data-00001-of-00002")));
   EXPECT_FALSE(PosixFileSystem()->Exists(roots.Sub("root-0/mh/step-00000001/ckpt.data-00001-of-00002")));
   EXPECT_EQ(per_rank.Stop(), 0) << per_rank.log();
+}
+
+// Parity (redundancy: parity): groups of hosts keep Reed-Solomon parity of their data
+// files, so a step survives up to P lost hosts per group at P/(G-P) of the space.
+struct ParityMode {
+  int hosts;
+  int group;
+  int parity;
+};
+
+std::string ParityModeName(const ::testing::TestParamInfo<ParityMode>& info) {
+  return absl::StrCat(info.param.hosts, "HostsG", info.param.group, "P", info.param.parity);
+}
+
+// Trainer t's part of a parity step: rows [64t, 64t+64) of "big" ({64n, 1024} floats)
+// and its own "extra<t>" of (t + 1) * 20000 floats, so that the hosts' data files
+// differ in size and span several segments. Values are exact in float and name the
+// step, the trainer and the place.
+std::vector<float> BigRows(int trainer, int64_t step) {
+  std::vector<float> rows(64 * 1024);
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i] = static_cast<float>((step * 7919 + trainer * 104729 + i) % 16777213);
+  return rows;
+}
+std::vector<float> Extra(int trainer, int64_t step) {
+  std::vector<float> values(static_cast<size_t>((trainer + 1) * 20000));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>((i * 31 + trainer * 7 + step) % 65521);
+  return values;
+}
+
+absl::Status SaveParityStep(const Cluster& cluster, int trainers, int64_t step) {
+  auto results = RunTrainers(trainers, [&](int t) -> absl::Status {
+    auto client = cluster.Connect(t);
+    if (client == nullptr) return absl::UnavailableError(absl::StrCat("no daemon for trainer ", t));
+    const std::vector<float> rows = BigRows(t, step), extra = Extra(t, step);
+    RETURN_IF_ERROR(client
+                        ->Save("mh", step, t, trainers,
+                               {{.name = "big",
+                                 .dtype = kDtFloat,
+                                 .shape = {64 * trainers, 1024},
+                                 .box_start = {64 * t, 0},
+                                 .box_length = {64, 1024},
+                                 .data = rows.data(),
+                                 .size = rows.size() * 4},
+                                {.name = absl::StrCat("extra", t),
+                                 .dtype = kDtFloat,
+                                 .shape = {static_cast<int64_t>(extra.size())},
+                                 .data = extra.data(),
+                                 .size = extra.size() * 4}})
+                        .status());
+    return client->Wait("mh", step);
+  });
+  for (const absl::Status& s : results) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+// Restores the whole parity step (saved by `trainers`) through daemon `rank`.
+absl::Status RestoreParityStep(const Cluster& cluster, int rank, int trainers, int64_t step) {
+  std::vector<float> big(static_cast<size_t>(64 * trainers * 1024));
+  std::vector<std::vector<float>> extras;
+  std::vector<RestoreTarget> targets = {
+      {.name = "big", .dtype = kDtFloat, .data = big.data(), .size = big.size() * 4}};
+  for (int t = 0; t < trainers; ++t) extras.emplace_back(Extra(t, step).size());
+  for (int t = 0; t < trainers; ++t) {
+    targets.push_back({.name = absl::StrCat("extra", t),
+                       .dtype = kDtFloat,
+                       .data = extras[t].data(),
+                       .size = extras[t].size() * 4});
+  }
+  RETURN_IF_ERROR(cluster.Connect(rank)->Restore("mh", step, targets).status());
+  for (int t = 0; t < trainers; ++t) {
+    if (std::vector<float>(big.begin() + t * 65536, big.begin() + (t + 1) * 65536) != BigRows(t, step)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", rank, ": wrong bytes in trainer ", t, "'s rows of big"));
+    }
+    if (extras[t] != Extra(t, step)) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ": wrong bytes in extra", t));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string StepFile(const Cluster& cluster, int host, const std::string& name, int64_t step = 1) {
+  return JoinPath(cluster.HostRoot(host), absl::StrFormat("mh/step-%08d/%s", step, name));
+}
+std::string ParityFileName(int rank, int ranks) {
+  return absl::StrFormat("ckpt.parity-%05d-of-%05d", rank, ranks);
+}
+std::string DataFileName(int rank, int ranks) {
+  return absl::StrFormat("ckpt.data-%05d-of-%05d", rank, ranks);
+}
+
+class ParityTest : public ::testing::TestWithParam<ParityMode> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  std::vector<std::string> Flags() const {
+    return {"--redundancy",   "parity",
+            "--parity-group", absl::StrCat(GetParam().group),
+            "--parity",       absl::StrCat(GetParam().parity)};
+  }
+};
+
+TEST_P(ParityTest, LosingAnyParityHostsRestoresBitExactEverywhereAndOneMoreIsDataLossNamingThem) {
+  const ParityMode mode = GetParam();
+  const int n = mode.hosts;
+  Cluster cluster(n, SimulatedHosts{.hosts = n, .local_storage = true}, Flags());
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_EQ(SaveParityStep(cluster, n, 1), absl::OkStatus());
+  FileSystem* fs = PosixFileSystem();
+  const nlohmann::json meta =
+      nlohmann::json::parse(fs->ReadFileToString(StepFile(cluster, 0, "ckptd.json"), 1 << 22).value_or("{}"));
+  ASSERT_EQ(meta["parity"]["parity"], mode.parity) << meta.dump();
+  ASSERT_EQ(meta["parity"]["groups"].size(), 1u) << meta.dump();
+  const int64_t segment = meta["parity"]["groups"][0]["segment_bytes"].get<int64_t>();
+  std::vector<std::string> data(n), parity(n);
+  for (int r = 0; r < n; ++r) {
+    // Each host holds its data file and its parity file: P segments, checksummed.
+    data[r] = fs->ReadFileToString(StepFile(cluster, r, DataFileName(r, n)), 1 << 24).value_or("missing");
+    parity[r] = fs->ReadFileToString(StepFile(cluster, r, ParityFileName(r, n)), 1 << 24).value_or("missing");
+    EXPECT_EQ(static_cast<int64_t>(parity[r].size()), mode.parity * segment) << "host " << r;
+    EXPECT_EQ(meta["hosts"][r]["parity_bytes"], static_cast<int64_t>(parity[r].size()));
+    EXPECT_EQ(meta["hosts"][r]["parity_crc32c"], crc32c::Value(parity[r].data(), parity[r].size()))
+        << "host " << r;
+    EXPECT_EQ(meta["hosts"][r]["bytes"], static_cast<int64_t>(data[r].size()));
+    // Segments are at least a third of the largest file: every file spans K of them.
+    EXPECT_GE(segment * (mode.group - mode.parity), static_cast<int64_t>(data[r].size()));
+    for (int other = 0; other < n; ++other) {
+      if (other != r) {
+        EXPECT_FALSE(fs->Exists(StepFile(cluster, other, DataFileName(r, n))));
+      }
+    }
+  }
+  // A host's loss, as far as the step goes: its data and parity files gone.
+  auto lose = [&](int host) {
+    ASSERT_TRUE(fs->DeleteFile(StepFile(cluster, host, DataFileName(host, n))).ok());
+    ASSERT_TRUE(fs->DeleteFile(StepFile(cluster, host, ParityFileName(host, n))).ok());
+  };
+  // Every window of P hosts in turn is lost: every daemon restores every byte, the
+  // lost files rebuilt from the others' data and parity.
+  for (int first = 0; first < n; ++first) {
+    SCOPED_TRACE(absl::StrCat("hosts ", first, "..", first + mode.parity - 1, " (mod ", n, ") lost"));
+    for (int i = 0; i < mode.parity; ++i) lose((first + i) % n);
+    for (int rank = 0; rank < n; ++rank) {
+      const absl::Status restored = RestoreParityStep(cluster, rank, n, 1);
+      EXPECT_TRUE(restored.ok()) << restored;
+    }
+    // Through any daemon verify passes, and names the parity files it could not read.
+    std::string out;
+    EXPECT_EQ(
+        RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json --address ", cluster.Address(first), " mh"),
+                   &out),
+        0)
+        << out;
+    const nlohmann::json verified = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_EQ(verified.value("parity_files_checked", 0), n - mode.parity) << out;
+    EXPECT_EQ(verified.value("parity_files_missing", nlohmann::json::array()).size(),
+              static_cast<size_t>(mode.parity))
+        << out;
+    for (int i = 0; i < mode.parity; ++i) {
+      const int lost = (first + i) % n;
+      ASSERT_TRUE(fs->WriteFileAtomically(StepFile(cluster, lost, DataFileName(lost, n)), data[lost]).ok());
+      ASSERT_TRUE(
+          fs->WriteFileAtomically(StepFile(cluster, lost, ParityFileName(lost, n)), parity[lost]).ok());
+    }
+  }
+  // One more than P: DATA_LOSS naming the group, the hosts and the tensors; never bytes.
+  for (int lost = 0; lost <= mode.parity; ++lost) lose(lost);
+  for (int rank = 0; rank < n; ++rank) {
+    const absl::Status restored = RestoreParityStep(cluster, rank, n, 1);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kDataLoss) << restored;
+    EXPECT_NE(restored.message().find("cannot be rebuilt: parity group 0"), std::string::npos) << restored;
+    EXPECT_NE(restored.message().find(absl::StrCat("more than its parity ", mode.parity)), std::string::npos)
+        << restored;
+    EXPECT_NE(restored.message().find("(host0)"), std::string::npos) << restored;
+    EXPECT_NE(restored.message().find("(host1)"), std::string::npos) << restored;
+    EXPECT_NE(restored.message().find("tensors in it: big,extra"), std::string::npos) << restored;
+  }
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(log.find("rebuilding it from its parity group"), std::string::npos) << log;
+}
+
+TEST_P(ParityTest, WipedHostsAreRebuiltAtRestartAndRestoreOnFewerHostsAndTheNextStepIsProtected) {
+  const ParityMode mode = GetParam();
+  const int n = mode.hosts;
+  Cluster cluster(n, SimulatedHosts{.hosts = n, .local_storage = true}, Flags());
+  ASSERT_EQ(StartProblem(cluster), "");
+  ASSERT_EQ(SaveParityStep(cluster, n, 1), absl::OkStatus());
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  FileSystem* fs = PosixFileSystem();
+  // The last P hosts come back with empty disks: at start each rebuilds its own data
+  // file, byte for byte, from the group's survivors.
+  std::map<int, std::string> before;
+  for (int lost = n - mode.parity; lost < n; ++lost) {
+    before[lost] = fs->ReadFileToString(StepFile(cluster, lost, DataFileName(lost, n)), 1 << 24).value_or("");
+    ASSERT_TRUE(fs->DeleteRecursively(cluster.HostRoot(lost)).ok());
+  }
+  ASSERT_EQ(StartProblem(cluster), "");
+  for (const auto& [lost, contents] : before) {
+    EXPECT_EQ(
+        fs->ReadFileToString(StepFile(cluster, lost, DataFileName(lost, n)), 1 << 24).value_or("missing"),
+        contents)
+        << "host " << lost;
+    EXPECT_TRUE(fs->Exists(StepFile(cluster, lost, "ckpt.index"))) << "host " << lost;
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    const absl::Status restored = RestoreParityStep(cluster, rank, n, 1);
+    EXPECT_TRUE(restored.ok()) << restored;
+  }
+  // The next step has every host's parity again, the wiped hosts' included.
+  ASSERT_EQ(SaveParityStep(cluster, n, 2), absl::OkStatus());
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(fs->Exists(StepFile(cluster, r, ParityFileName(r, n), 2))) << r;
+  ASSERT_EQ(cluster.Stop(), 0) << cluster.log();
+  const std::string log = fs->ReadFileToString(cluster.log(), 1 << 24).value_or("");
+  EXPECT_NE(
+      log.find(absl::StrCat("run 'mh' step 1: repaired on this host from its peers (ckpt.index, ckptd.json, ",
+                            DataFileName(n - 1, n))),
+      std::string::npos)
+      << log;
+
+  // The last host is gone for good: the job runs on one host fewer, and every daemon
+  // still restores both steps, the missing host's bytes rebuilt.
+  cluster.Resize(n - 1);
+  ASSERT_EQ(StartProblem(cluster), "");
+  for (int rank = 0; rank < n - 1; ++rank) {
+    for (int64_t step : {1, 2}) {
+      const absl::Status restored = RestoreParityStep(cluster, rank, n, step);
+      EXPECT_TRUE(restored.ok()) << "step " << step << ": " << restored;
+    }
+  }
+  EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, ParityTest,
+                         ::testing::Values(ParityMode{3, 3, 1}, ParityMode{4, 4, 1}, ParityMode{4, 4, 2}),
+                         ParityModeName);
+
+class ParityFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "simulated hosts need root (network and mount namespaces)";
+  }
+  Cluster cluster_{3,
+                   SimulatedHosts{.hosts = 3, .local_storage = true},
+                   {"--redundancy", "parity", "--parity-group", "3", "--parity", "1"}};
+};
+
+TEST_F(ParityFaultTest, CorruptParityOrDataIsDataLossNeverWrongBytes) {
+  ASSERT_EQ(StartProblem(cluster_), "");
+  ASSERT_EQ(SaveParityStep(cluster_, 3, 1), absl::OkStatus());
+  ASSERT_EQ(SaveParityStep(cluster_, 3, 2), absl::OkStatus());
+  FileSystem* fs = PosixFileSystem();
+  // Host 2 holds the parity of the stripe that host 1's second segment is in: with
+  // that parity corrupt, host 1's file cannot come back right, and the index's
+  // checksums say so.
+  const std::string parity_path = StepFile(cluster_, 2, ParityFileName(2, 3));
+  std::string parity = fs->ReadFileToString(parity_path, 1 << 24).value_or("");
+  ASSERT_FALSE(parity.empty());
+  for (char& c : parity) c = static_cast<char>(c ^ 0x5a);
+  ASSERT_TRUE(fs->WriteFileAtomically(parity_path, parity).ok());
+  // ckptctl verify finds it while every data file is whole, through any daemon and on
+  // the host itself.
+  for (const std::string& where : {absl::StrCat("--address ", cluster_.Address(0), " mh --step 1"),
+                                   JoinPath(cluster_.HostRoot(2), "mh/step-00000001")}) {
+    std::string out;
+    EXPECT_EQ(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json ", where), &out), 1) << out;
+    EXPECT_NE(out.find("ckpt.parity-00002-of-00003 (rank 2, host2)"), std::string::npos) << out;
+    EXPECT_NE(out.find("the parity is corrupt"), std::string::npos) << out;
+  }
+  ASSERT_TRUE(fs->DeleteFile(StepFile(cluster_, 1, DataFileName(1, 3))).ok());
+  for (int rank = 0; rank < 3; ++rank) {
+    const absl::Status restored = RestoreParityStep(cluster_, rank, 3, 1);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kDataLoss) << restored;
+  }
+  // ckptctl verify finds it too, through any daemon.
+  std::string out;
+  EXPECT_NE(RunCommand(absl::StrCat(CKPTCTL_BINARY, " verify --json --address ", cluster_.Address(0),
+                                    " mh --step 1"),
+                       &out),
+            0)
+      << out;
+  // A corrupt data file (no host lost) is DATA_LOSS as well: step 2's, which no read
+  // has brought into the read cache.
+  const std::string step2_data1 = StepFile(cluster_, 1, DataFileName(1, 3), 2);
+  std::string flipped = fs->ReadFileToString(step2_data1, 1 << 24).value_or("");
+  ASSERT_GT(flipped.size(), 4096u);
+  flipped[4096] = static_cast<char>(flipped[4096] ^ 1);
+  ASSERT_TRUE(fs->WriteFileAtomically(step2_data1, flipped).ok());
+  for (int rank = 0; rank < 3; ++rank) {
+    const absl::Status restored = RestoreParityStep(cluster_, rank, 3, 2);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kDataLoss) << restored;
+  }
+  EXPECT_EQ(cluster_.Stop(), 0) << cluster_.log();
+}
+
+TEST_F(ParityFaultTest, AParityFileThatCannotBeWrittenFailsTheStepEverywhereAndPublishesNothing) {
+  ASSERT_EQ(StartProblem(cluster_), "");
+  // Host 1's run directory has room for its data file (about 420 KiB) but not for its
+  // parity file beside it.
+  const std::string run_dir = JoinPath(cluster_.HostRoot(1), "mh");
+  ASSERT_TRUE(PosixFileSystem()->CreateDir(run_dir, 0700).ok());
+  std::string out;
+  const std::string pid = absl::StrCat(cluster_.Pid(1));
+  ASSERT_EQ(
+      RunCommand(absl::StrCat("nsenter -t ", pid, " -m -- mount -t tmpfs -o size=512k,mode=0700 ckptd-small ",
+                              JoinPath(cluster_.dir(), "disk/root/mh")),
+                 &out),
+      0)
+      << out;
+  const absl::Status saved = SaveParityStep(cluster_, 3, 1);
+  EXPECT_EQ(saved.code(), absl::StatusCode::kResourceExhausted) << saved;
+  EXPECT_NE(saved.message().find("parity"), std::string::npos) << saved;
+  EXPECT_NE(saved.message().find("host1"), std::string::npos) << saved;
+  for (int host : {0, 2}) {
+    auto names = PosixFileSystem()->ListDir(JoinPath(cluster_.HostRoot(host), "mh"));
+    for (const std::string& name : names.value_or(std::vector<std::string>())) {
+      ADD_FAILURE() << "host " << host << " kept " << name;
+    }
+  }
+  ASSERT_EQ(
+      RunCommand(absl::StrCat("nsenter -t ", pid, " -m -- ls -A ", JoinPath(cluster_.dir(), "disk/root/mh")),
+                 &out),
+      0)
+      << out;
+  EXPECT_EQ(out, "") << "host 1 kept files";
+  EXPECT_EQ(cluster_.Stop(), 0) << cluster_.log();
+}
+
+TEST_F(ParityFaultTest, AHostKilledDuringTheParityPhaseLeavesNothingPublishedAndTheLastStepRestores) {
+  ASSERT_EQ(StartProblem(cluster_), "");
+  ASSERT_EQ(SaveParityStep(cluster_, 3, 1), absl::OkStatus());
+  // Step 2 is large, so that its parity phase lasts: host 0's parity file appears in
+  // its temp directory when the phase starts there, and host 2 is killed then. No host
+  // can publish before host 0 ends the phase and votes, and host 2 never votes.
+  constexpr int64_t kFloats = int64_t{8} << 20;  // 32 MiB per trainer
+  const std::string temp_parity =
+      JoinPath(cluster_.HostRoot(0), absl::StrCat("mh/.tmp-step-00000002/", ParityFileName(0, 3)));
+  std::vector<absl::Status> saved;
+  std::thread trainers([&] {
+    saved = RunTrainers(3, [&](int t) -> absl::Status {
+      auto client = cluster_.Connect(t);
+      std::vector<float> values(static_cast<size_t>(kFloats), static_cast<float>(t));
+      RETURN_IF_ERROR(client
+                          ->Save("mh", 2, t, 3,
+                                 {{.name = "huge",
+                                   .dtype = kDtFloat,
+                                   .shape = {3 * kFloats},
+                                   .box_start = {t * kFloats},
+                                   .box_length = {kFloats},
+                                   .data = values.data(),
+                                   .size = values.size() * 4}})
+                          .status());
+      return client->Wait("mh", 2);
+    });
+  });
+  const pid_t victim = cluster_.Pid(2);
+  ASSERT_GT(victim, 0);
+  bool seen = false;
+  for (int i = 0; i < 60000 && !seen; ++i) {
+    seen = PosixFileSystem()->Exists(temp_parity);
+    if (!seen) ::usleep(1000);
+  }
+  ::kill(victim, SIGKILL);
+  trainers.join();
+  ASSERT_TRUE(seen) << "host 0 never started the parity phase: " << cluster_.log();
+  for (int t = 0; t < 2; ++t) EXPECT_FALSE(saved[t].ok()) << "trainer " << t;
+  EXPECT_NE(cluster_.WaitForExit(), 0);
+
+  ASSERT_EQ(StartProblem(cluster_), "");
+  for (int host = 0; host < 3; ++host) {
+    EXPECT_FALSE(PosixFileSystem()->Exists(JoinPath(cluster_.HostRoot(host), "mh/step-00000002"))) << host;
+    const absl::Status restored = RestoreParityStep(cluster_, host, 3, 1);
+    EXPECT_TRUE(restored.ok()) << restored;
+  }
+  EXPECT_EQ(cluster_.Stop(), 0) << cluster_.log();
 }
 
 }  // namespace

@@ -260,6 +260,10 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
   meta.max_write_seconds = 1e-05;
   meta.imported_from = "/some/where";
   meta.hosts.push_back({.rank = 0, .copies = {1}});
+  meta.hosts[0].parity_file = "ckpt.parity-00001-of-00002";
+  meta.hosts[0].parity_bytes = 8192;
+  meta.hosts[0].parity_crc32c = 0xdeadbeef;
+  meta.parity = {.parity = 1, .groups = {{.members = {0, 1}, .segment_bytes = 4096}}};
   // Written as nlohmann::json writes the same document, byte for byte.
   const std::string text = meta.ToJson();
   EXPECT_EQ(text, nlohmann::json::parse(text).dump(1));
@@ -271,6 +275,16 @@ TEST(CheckpointMetaTest, RoundTripsAndRefusesWhatIsNotOurs) {
   EXPECT_EQ(back->hosts[0].file, "ckpt.data-00001-of-00002");
   EXPECT_EQ(back->hosts[0].host, "node-7");
   EXPECT_EQ(back->storage, "local");
+  EXPECT_EQ(back->hosts[0].parity_crc32c, 0xdeadbeefu);
+  ASSERT_NE(back->ParityGroupOf(1), nullptr);
+  EXPECT_EQ(back->ParityGroupOf(1)->segment_bytes, 4096);
+  EXPECT_EQ(back->ParityGroupOf(2), nullptr);
+  int rank = 0, ranks = 0;
+  EXPECT_TRUE(ParseParityFileName("/a/ckpt.parity-00001-of-00002", &rank, &ranks));
+  EXPECT_EQ(rank, 1);
+  EXPECT_EQ(ranks, 2);
+  EXPECT_FALSE(ParseParityFileName("ckpt.parity-00001-of-00002.tmp", &rank, &ranks));
+  EXPECT_FALSE(ParseParityFileName("ckpt.data-00001-of-00002", &rank, &ranks));
   // Files written before `storage` and `host` existed read as shared, host unknown.
   auto old = CheckpointMeta::FromJson(R"({"format": "ckptd/1", "hosts": [{"rank": 0}]})");
   ASSERT_TRUE(old.ok()) << old.status();

@@ -70,6 +70,26 @@ TEST(ConfigTest, ReplicasNeedLocalStorageButNoTcp) {
   EXPECT_EQ(ParseConfig("failure_domains: [a, b]\n").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ConfigTest, ParityNeedsLocalStorageAFittingGroupAndNoReplicas) {
+  auto ok = ParseConfig("storage: local\nredundancy: parity\nparity_group: 6\nparity: 2\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->redundancy, "parity");
+  EXPECT_EQ(ok->parity_group, 6);
+  EXPECT_EQ(ok->parity, 2);
+  const std::pair<std::string, std::string> bad[] = {
+      {"storage: local\nredundancy: parity\nreplicas: 1\n", "replicas and redundancy: parity are exclusive"},
+      {"redundancy: parity\n", "it needs storage: local"},
+      {"storage: local\nredundancy: parity\nparity_group: 3\nparity: 3\n", "less than parity_group (3)"},
+      {"storage: local\nredundancy: mirror\n", "redundancy must be none or parity"},
+      {"storage: local\nparity_group: 1\n", "parity_group must be an integer 2 or more"},
+  };
+  for (const auto& [text, why] : bad) {
+    const absl::Status s = ParseConfig(text).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s;
+  }
+}
+
 TEST(ConfigTest, DrainKeysAndTheirChecks) {
   auto c = ParseConfig(
       "root: /nvme/ckpt\ndrain_to: /lustre/ckpt\ndrain_bandwidth: 200MB/s\ndrain_keep_last: 3\n"

@@ -5,6 +5,11 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/bundle/checkpoint_meta.h"
+#include "daemon/peer/rebuilt_file.h"
 
 namespace ckptd {
 namespace {
@@ -213,6 +218,151 @@ TEST(PlaceParityGroupsTest, NoGroupHasMoreThanPMembersInOneFailureDomain) {
   EXPECT_EQ(crowded.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(crowded.message().find("failure domain 'a'"), absl::string_view::npos) << crowded;
   EXPECT_TRUE(PlaceParityGroups({"a", "a", "b", "b"}, 4, 2).ok());
+}
+
+// A file in memory; reads fail while `broken`.
+class MemoryFile final : public RandomAccessFile {
+ public:
+  explicit MemoryFile(std::string bytes, bool broken = false) : bytes_(std::move(bytes)), broken_(broken) {}
+  absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+    if (broken_) return absl::UnavailableError("the host stopped answering");
+    if (offset + n > bytes_.size()) return absl::OutOfRangeError("past the end");
+    std::copy_n(bytes_.data() + offset, n, dst);
+    return absl::OkStatus();
+  }
+  uint64_t Size() const override { return bytes_.size(); }
+
+ private:
+  std::string bytes_;
+  bool broken_;
+};
+
+// A group's files as the parity phase writes them: data files, and each member's
+// parity file (its chunks in HeldParity order), with the ckptd.json that describes them.
+struct SavedGroup {
+  CheckpointMeta meta;
+  std::vector<std::string> data, parity;
+};
+
+SavedGroup SaveGroup(int g, int p, std::mt19937& random) {
+  SavedGroup saved;
+  const StripeLayout layout(g, p);
+  const int k = layout.data_per_stripe();
+  std::vector<int64_t> sizes;
+  for (int m = 0; m < g; ++m) {
+    const std::vector<uint8_t> bytes = RandomBytes(random, 20000 + random() % 30000);
+    saved.data.emplace_back(bytes.begin(), bytes.end());
+    sizes.push_back(static_cast<int64_t>(bytes.size()));
+  }
+  const int64_t segment = layout.SegmentBytes(sizes);
+  const ParityCoder coder = *ParityCoder::Create(k, p);
+  for (int m = 0; m < g; ++m) {
+    std::string parity;
+    for (const auto& [stripe, row] : layout.HeldParity(m)) {
+      std::vector<std::string> columns;
+      std::vector<const uint8_t*> pointers;
+      for (int member : layout.DataMembers(stripe)) {
+        const std::vector<int> stripes = layout.DataStripes(member);
+        const int64_t start = (std::find(stripes.begin(), stripes.end(), stripe) - stripes.begin()) * segment;
+        std::string column(static_cast<size_t>(segment), '\0');
+        const std::string& file = saved.data[member];
+        if (start < static_cast<int64_t>(file.size())) {
+          file.copy(column.data(), std::min<size_t>(segment, file.size() - start), start);
+        }
+        columns.push_back(std::move(column));
+      }
+      for (const std::string& column : columns)
+        pointers.push_back(reinterpret_cast<const uint8_t*>(column.data()));
+      std::string chunk(static_cast<size_t>(segment), '\0');
+      coder.Encode(row, pointers, chunk.size(), reinterpret_cast<uint8_t*>(chunk.data()));
+      parity += chunk;
+    }
+    saved.parity.push_back(std::move(parity));
+    saved.meta.hosts.push_back({.rank = m,
+                                .host = absl::StrCat("host", m),
+                                .bytes = sizes[m],
+                                .parity_bytes = static_cast<int64_t>(saved.parity.back().size())});
+    saved.meta.tensors.push_back({.name = absl::StrCat("t", m), .boxes = {{.writer = m}}});
+  }
+  saved.meta.parity.parity = p;
+  saved.meta.parity.groups.push_back({.segment_bytes = segment});
+  for (int m = 0; m < g; ++m) saved.meta.parity.groups[0].members.push_back(m);
+  return saved;
+}
+
+// The sources a rebuild gets when the members in `lost` are gone (and `broken`'s
+// files fail every read).
+ParitySources SourcesWithout(const SavedGroup& saved, uint32_t lost, int broken = -1) {
+  ParitySources sources;
+  for (size_t m = 0; m < saved.data.size(); ++m) {
+    const bool gone = (lost >> m) & 1;
+    sources.data.push_back(gone ? nullptr
+                                : std::make_unique<MemoryFile>(saved.data[m], broken == static_cast<int>(m)));
+    sources.parity.push_back(
+        gone ? nullptr : std::make_unique<MemoryFile>(saved.parity[m], broken == static_cast<int>(m)));
+  }
+  return sources;
+}
+
+TEST(RebuiltFileTest, ALostFileReadsBackByteForByteFromAnyRangeAndMoreThanPLostIsDataLossNamingThem) {
+  if (ParityCoder::Create(1, 1).status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << "built without ISA-L";
+  }
+  std::mt19937 random(5);
+  for (const auto& [g, p] : std::vector<std::pair<int, int>>{{3, 1}, {4, 2}, {5, 2}}) {
+    const SavedGroup saved = SaveGroup(g, p, random);
+    for (uint32_t lost = 1; lost < (1u << g); ++lost) {
+      for (int m = 0; m < g; ++m) {
+        if (!((lost >> m) & 1)) continue;
+        SCOPED_TRACE(absl::StrCat(g, "/", p, " lost ", lost, " reading member ", m));
+        absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+            NewRebuiltFile(saved.meta, m, SourcesWithout(saved, lost), "run 'r' step 1");
+        if (__builtin_popcount(lost) > p) {
+          ASSERT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << file.status();
+          EXPECT_NE(file.status().message().find(absl::StrCat("more than its parity ", p)),
+                    std::string::npos);
+          EXPECT_NE(file.status().message().find(absl::StrCat("rank ", m, " (host", m, ")")),
+                    std::string::npos)
+              << file.status();
+          EXPECT_NE(file.status().message().find(absl::StrCat("tensors in it: t", m)), std::string::npos)
+              << file.status();
+          continue;
+        }
+        ASSERT_TRUE(file.ok()) << file.status();
+        const std::string& want = saved.data[m];
+        ASSERT_EQ((*file)->Size(), want.size());
+        std::string whole(want.size(), '\0');
+        ASSERT_TRUE((*file)->Read(0, whole.size(), whole.data()).ok());
+        EXPECT_EQ(whole, want);
+        const size_t a = random() % want.size(), n = 1 + random() % (want.size() - a);
+        std::string part(n, '\0');
+        ASSERT_TRUE((*file)->Read(a, n, part.data()).ok());
+        EXPECT_EQ(part, want.substr(a, n));
+        EXPECT_EQ((*file)->Read(want.size() - 1, 2, part.data()).code(), absl::StatusCode::kOutOfRange);
+      }
+    }
+  }
+}
+
+TEST(RebuiltFileTest, ASurvivorThatFailsMidReadIsReplacedByASpareChunkWhileKRemain) {
+  if (ParityCoder::Create(1, 1).status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << "built without ISA-L";
+  }
+  std::mt19937 random(9);
+  const SavedGroup saved = SaveGroup(4, 2, random);
+  // Member 0 lost; member 1 opens but fails every read: member 2 and 3 are K = 2.
+  auto file = NewRebuiltFile(saved.meta, 0, SourcesWithout(saved, 1u, /*broken=*/1), "run 'r' step 1");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::string whole(saved.data[0].size(), '\0');
+  ASSERT_TRUE((*file)->Read(0, whole.size(), whole.data()).ok());
+  EXPECT_EQ(whole, saved.data[0]);
+  // With members 0 and 2 lost and 1 failing, fewer than K are left: DATA_LOSS with why.
+  auto short_of_chunks =
+      NewRebuiltFile(saved.meta, 0, SourcesWithout(saved, 5u, /*broken=*/1), "run 'r' step 1");
+  ASSERT_TRUE(short_of_chunks.ok()) << short_of_chunks.status();
+  const absl::Status read = (*short_of_chunks)->Read(0, whole.size(), whole.data());
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  EXPECT_NE(read.message().find("the host stopped answering"), std::string::npos) << read;
 }
 
 }  // namespace

@@ -45,8 +45,10 @@
 #              hosts (tests/multihost/hosts.sh: network, hostname and mount namespaces,
 #              Open MPI over TCP), one daemon and 2 trainers per host, with storage
 #              shared (one root), local (a root per host, restores read other hosts'
-#              bytes through their daemons) and local with 1 replica (then again after
-#              host 1 lost its data file), and the bytes each host's NIC carried; then
+#              bytes through their daemons), local with 1 replica and local with
+#              parity (one group of every host, P=1; each then again after host 1 lost
+#              its files), the bytes each host's NIC carried and each mode's bytes
+#              stored; then
 #              local storage with drain_to a shared directory: how fast the committed
 #              step reaches the drain in the background (every host copying its share);
 #              and local storage with read_once off and no read cache (the read
@@ -253,6 +255,24 @@ if [ "$HOSTS" != 0 ]; then
   # The "each" run: local storage as before read_once, every daemon reading what its
   # trainers need and no read cache (the read amplification before).
   { cat "$WORK/tls/ckptd.yaml"; printf 'read_once: false\nread_cache: 0\n'; } > "$WORK/tls/each.yaml"
+  # The newest step's files on every host of a local-storage mode: each host's own data
+  # file ("data") and what it keeps for redundancy ("redundant": copies, parity).
+  stored_bytes() {
+    local data=0 redundant=0 h dir f size
+    for h in $(seq 0 $((HOSTS - 1))); do
+      dir="$H/host$h/root-$1/bench/$(ls "$H/host$h/root-$1/bench" | grep '^step-' | sort | tail -1)"
+      for f in "$dir"/ckpt.data-* "$dir"/ckpt.parity-*; do
+        [ -e "$f" ] || continue
+        size=$(stat -c %s "$f")
+        if [ "${f##*/}" = "$(printf 'ckpt.data-%05d-of-%05d' "$h" "$HOSTS")" ]; then
+          data=$((data + size))
+        else
+          redundant=$((redundant + size))
+        fi
+      done
+    done
+    printf '{"data": %s, "redundant": %s}' "$data" "$redundant"
+  }
   SUBNET=$(sed -n 's/^SUBNET=//p' tests/multihost/hosts.sh).0/24
   ON_HOSTS=(nsenter -t "$(cat "$H/pid0")" -n -u -m -- "${MPIRUN[@]}" --hostfile "$H/hostfile"
     --mca plm_rsh_agent "$H/agent" --mca btl tcp,self --mca pml ob1
@@ -264,7 +284,10 @@ if [ "$HOSTS" != 0 ]; then
   # replicas: local storage with one copy of each data file on the next host; after
   # its run, host 1 loses its own data file of the measured step and the restores run
   # again (host 1 then reads it from the copy).
-  for MODE in shared local replicas drain each; do
+  # parity: local storage with Reed-Solomon parity (one group of all the hosts, P=1);
+  # after its run host 1 loses its data and parity files, and the restores read its
+  # bytes rebuilt from the others.
+  for MODE in shared local replicas parity drain each; do
     echo "== $HOSTS hosts, $MODE: 1 daemon and 2 trainers per host" >&2
     ROOT="$H/disk/root-$MODE"  # each host's own directory
     CONFIG="$WORK/tls/ckptd.yaml"
@@ -272,6 +295,7 @@ if [ "$HOSTS" != 0 ]; then
     FLAGS=(--storage local)
     [ "$MODE" = shared ] && ROOT="$H/shared/root-$MODE" FLAGS=(--storage shared)
     [ "$MODE" = replicas ] && FLAGS+=(--replicas 1)
+    [ "$MODE" = parity ] && FLAGS+=(--redundancy parity --parity-group "$HOSTS" --parity 1)
     [ "$MODE" = drain ] && FLAGS+=(--drain-to "$H/shared/drain")
     # Sockets live on each host's own disk, so a trainer reaches only its host's daemon.
     "${ON_HOSTS[@]}" --mca orte_tmpdir_base "$OMPI_TMP/d" -np "$HOSTS" --map-by node "$BIN/ckptd" \
@@ -293,12 +317,15 @@ if [ "$HOSTS" != 0 ]; then
       done
       [ -e "$H/shared/drain/bench/$LAST/ckpt.index" ] || { echo "bench.sh: $LAST never drained" >&2; exit 1; }
     fi
-    if [ "$MODE" = replicas ]; then
+    case "$MODE" in local | replicas | parity) MULTI="$MULTI\"stored_$MODE\": $(stored_bytes "$MODE")," ;; esac
+    if [ "$MODE" = replicas ] || [ "$MODE" = parity ]; then
       for STEP in 1 2 3 4 5; do
-        rm "$H/host1/root-$MODE/bench/step-0000000$STEP/$(printf 'ckpt.data-%05d-of-%05d' 1 "$HOSTS")"
+        for NAME in data parity; do
+          rm -f "$H/host1/root-$MODE/bench/step-0000000$STEP/$(printf 'ckpt.%s-%05d-of-%05d' "$NAME" 1 "$HOSTS")"
+        done
       done
       OUT=$("${TRAINERS[@]}" --restore-only) || { cat "$WORK/daemons-$MODE.log" >&2; exit 1; }
-      MULTI="$MULTI\"replicas_host1_lost\": $OUT,"
+      MULTI="$MULTI\"${MODE}_host1_lost\": $OUT,"
     fi
     stop_daemons
   done

@@ -230,6 +230,45 @@ def hosts_section(r, multi, hosts):
         cells = " | ".join(f"{mb(multi[m]['net_per_host'][phase]['received'])} / {mb(multi[m]['net_per_host'][phase]['sent'])}         "
                            for m in modes)
         print(f"| {phase:<30} | {cells} |")
+    if "parity" in multi:
+        redundancy_section(r, multi, hosts)
+
+
+def redundancy_section(r, multi, hosts):
+    """Local storage with no redundancy, 1 replica and parity (P=1, one group of every
+    host): what a save costs, what it stores and sends, and a restore after host 1 lost
+    its files, each against the issue's targets."""
+    parity = 1
+    stored = {m: multi[f"stored_{m}"] for m in ("local", "replicas", "parity")}
+    overhead = {m: s["redundant"] / s["data"] for m, s in stored.items()}
+    r["redundancy"] = {
+        "stored_overhead": overhead,
+        "parity_overhead_target": parity / hosts,
+        "parity_overhead_least": parity / (hosts - parity),
+        "parity_save_vs_replica": multi["parity"]["save_gbps"] / multi["replicas"]["save_gbps"],
+        "parity_rebuild_vs_restore": multi["parity_host1_lost"]["restore_gbps"] / multi["parity"]["restore_gbps"],
+        "replica_lost_vs_restore": multi["replicas_host1_lost"]["restore_gbps"] / multi["replicas"]["restore_gbps"],
+    }
+    x = r["redundancy"]
+    print(f"\nredundancy on {hosts} hosts, local storage (parity: one group of {hosts}, P={parity})\n")
+    print("| measurement                          |     none |  1 replica |   parity | target (parity)                  |")
+    print("|--------------------------------------|----------|------------|----------|----------------------------------|")
+    def row(what, values, target=""):
+        print(f"| {what:<36} | " + " | ".join(values) + f" | {target:<32} |")
+    row("save to durable, GB/s", [f"{multi[m]['save_gbps']:8.3f}" for m in ("local",)]
+        + [f"{multi['replicas']['save_gbps']:10.3f}", f"{multi['parity']['save_gbps']:8.3f}"],
+        f">= 0.8x replica: {x['parity_save_vs_replica']:.2f}x")
+    row("bytes stored beyond the data, x", [f"{overhead['local']:8.3f}", f"{overhead['replicas']:10.3f}",
+                                            f"{overhead['parity']:8.3f}"],
+        f"P/G {x['parity_overhead_target']:.3f}; least P/(G-P) {x['parity_overhead_least']:.3f}")
+    row("MB sent per host in a save", [f"{multi[m]['net_per_host']['save']['sent'] / 1e6:8.1f}" for m in ("local",)]
+        + [f"{multi['replicas']['net_per_host']['save']['sent'] / 1e6:10.1f}",
+           f"{multi['parity']['net_per_host']['save']['sent'] / 1e6:8.1f}"])
+    row("restore (same cut), GB/s", [f"{multi['local']['restore_gbps']:8.3f}", f"{multi['replicas']['restore_gbps']:10.3f}",
+                                     f"{multi['parity']['restore_gbps']:8.3f}"])
+    row("restore, host 1's files lost, GB/s", ["       -", f"{multi['replicas_host1_lost']['restore_gbps']:10.3f}",
+                                               f"{multi['parity_host1_lost']['restore_gbps']:8.3f}"],
+        f">= 0.5x restore: {x['parity_rebuild_vs_restore']:.2f}x")
 
 
 def median_of_runs(runs):

@@ -46,7 +46,8 @@ struct Verified {
 // every host's) against the size and crc32c ckptd.json recorded. A corrupt one is a
 // problem: the data is intact, but a lost host would be rebuilt wrong (and caught,
 // late, by the entries' checksums). One that cannot be read only lowers how many lost
-// hosts the step survives: a note. Offline, another host's parity file is its own.
+// hosts the step survives: a note. Offline, another host's parity file is its own
+// business.
 void VerifyParity(const Context& ctx, const std::string& prefix, const ckptd::CheckpointMeta& meta,
                   const bool through_daemon, Verified* v) {
   for (const ckptd::CheckpointMeta::Host& h : meta.hosts) {
@@ -56,7 +57,8 @@ void VerifyParity(const Context& ctx, const std::string& prefix, const ckptd::Ch
         absl::StrCat(h.parity_file, " (rank ", h.rank, h.host.empty() ? "" : ", ", h.host, ")");
     auto file = ctx.checkpoints->NewRandomAccessFile(path);
     if (!file.ok()) {
-      if (through_daemon || v->part.here.count(h.rank) > 0) {
+      // A whole copy (a drained step, one root) needs no parity; a host's part does.
+      if (through_daemon || (v->part.here.count(h.rank) > 0 && !v->part.elsewhere.empty())) {
         v->parity_missing.push_back(absl::StrCat(who, ": ", file.status().message()));
       }
       continue;

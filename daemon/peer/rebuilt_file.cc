@@ -1,6 +1,9 @@
 #include "daemon/peer/rebuilt_file.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
 #include <set>
 #include <thread>
 #include <utility>
@@ -16,6 +19,9 @@ namespace {
 // Below this a range's chunks are read one after another: threads cost more than
 // they save on an index-sized read.
 constexpr size_t kParallelReadBytes = size_t{1} << 20;
+// A long read is rebuilt in pieces of this size, this many at a time.
+constexpr int64_t kPieceBytes = int64_t{8} << 20;
+constexpr size_t kWorkers = 4;
 
 // One chunk of a stripe that a rebuild may read: code index (column j < K for data,
 // K + row for parity), where, and how many of the range's bytes the file has (a data
@@ -50,16 +56,38 @@ class RebuiltFile final : public RandomAccessFile {
       return absl::OutOfRangeError(
           absl::StrCat("read [", offset, ", +", n, ") past the end of ", what_, " (", size_, " bytes)"));
     }
+    // Pieces of at most kPieceBytes, each within one segment, rebuilt kWorkers at a
+    // time: a rebuild reads K times the bytes it returns, over as many streams as the
+    // peers can serve at once.
+    struct Piece {
+      int segment_index;
+      int64_t within;
+      size_t length;
+      char* dst;
+    };
+    std::vector<Piece> pieces;
     while (n > 0) {
-      const int64_t segment_index = static_cast<int64_t>(offset) / segment_;
       const int64_t within = static_cast<int64_t>(offset) % segment_;
       const size_t length =
-          static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n), segment_ - within));
-      RETURN_IF_ERROR(ReadFromStripe(static_cast<int>(segment_index), within, length, dst));
+          static_cast<size_t>(std::min<int64_t>({static_cast<int64_t>(n), segment_ - within, kPieceBytes}));
+      pieces.push_back({static_cast<int>(static_cast<int64_t>(offset) / segment_), within, length, dst});
       offset += length;
       dst += length;
       n -= length;
     }
+    std::vector<absl::Status> results(pieces.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < pieces.size(); i = next++) {
+        const Piece& p = pieces[i];
+        results[i] = ReadFromStripe(p.segment_index, p.within, p.length, p.dst);
+      }
+    };
+    std::vector<std::thread> workers;
+    for (size_t w = 1; w < std::min<size_t>(pieces.size(), kWorkers); ++w) workers.emplace_back(work);
+    work();
+    for (std::thread& t : workers) t.join();
+    for (const absl::Status& s : results) RETURN_IF_ERROR(s);
     return absl::OkStatus();
   }
 
@@ -104,7 +132,9 @@ class RebuiltFile final : public RandomAccessFile {
     const std::vector<int> data = layout_.DataMembers(stripe);
     const int wanted = static_cast<int>(std::find(data.begin(), data.end(), lost_) - data.begin());
     std::vector<Chunk> chunks = ChunksOf(stripe, within, length);
-    std::vector<std::string> buffers(static_cast<size_t>(k));
+    // Not zeroed: each is read over, and only a shorter file's tail is zeroed.
+    std::vector<std::unique_ptr<char[]>> buffers(static_cast<size_t>(k));
+    for (auto& buffer : buffers) buffer = std::make_unique_for_overwrite<char[]>(length);
     std::vector<std::string> failures;
     // K chunks at a time; a chunk that cannot be read is dropped and the next one
     // taken, while K remain.
@@ -112,9 +142,9 @@ class RebuiltFile final : public RandomAccessFile {
       std::vector<absl::Status> read(static_cast<size_t>(k));
       auto read_one = [&](int i) {
         const Chunk& chunk = chunks[i];
-        buffers[i].assign(length, '\0');
+        std::memset(buffers[i].get() + chunk.present, 0, length - chunk.present);
         if (chunk.present > 0) {
-          read[i] = Annotate(chunk.file->Read(chunk.offset, chunk.present, buffers[i].data()), chunk.what);
+          read[i] = Annotate(chunk.file->Read(chunk.offset, chunk.present, buffers[i].get()), chunk.what);
         }
       };
       if (length >= kParallelReadBytes && k > 1) {
@@ -131,7 +161,7 @@ class RebuiltFile final : public RandomAccessFile {
       if (failed.empty()) {
         std::vector<std::pair<int, const uint8_t*>> available;
         for (int i = 0; i < k; ++i) {
-          available.emplace_back(chunks[i].index, reinterpret_cast<const uint8_t*>(buffers[i].data()));
+          available.emplace_back(chunks[i].index, reinterpret_cast<const uint8_t*>(buffers[i].get()));
         }
         return coder_.Decode(available, {wanted}, length, {reinterpret_cast<uint8_t*>(dst)});
       }

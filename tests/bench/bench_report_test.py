@@ -121,3 +121,23 @@ def test_the_steps_bench_sh_calls():
     assert run("gib", "0.0625").stdout == f"{64 << 20}\n"
     wrong = run("tables")
     assert wrong.returncode == 2 and "unknown command tables" in wrong.stderr
+
+
+def test_the_redundancy_table_compares_parity_with_a_replica_against_the_targets(inputs):
+    # The recorded run predates parity: its replica runs stand in for the parity ones,
+    # with the bytes stored as 2 hosts with P=1 store them (one segment each).
+    hosts = inputs["hosts"]
+    hosts["parity"] = copy.deepcopy(hosts["replicas"])
+    hosts["parity"]["save_gbps"] = hosts["replicas"]["save_gbps"] * 0.9
+    hosts["parity_host1_lost"] = copy.deepcopy(hosts["replicas_host1_lost"])
+    hosts["parity_host1_lost"]["restore_gbps"] = hosts["parity"]["restore_gbps"] * 0.6
+    hosts["stored_local"] = {"data": 1000, "redundant": 0}
+    hosts["stored_replicas"] = {"data": 1000, "redundant": 1000}
+    hosts["stored_parity"] = {"data": 1000, "redundant": 1000}
+    r, text = render(inputs)
+    x = r["redundancy"]
+    assert x["parity_save_vs_replica"] == pytest.approx(0.9)
+    assert x["parity_rebuild_vs_restore"] == pytest.approx(0.6)
+    assert x["stored_overhead"] == {"local": 0.0, "replicas": 1.0, "parity": 1.0}
+    assert x["parity_overhead_target"] == pytest.approx(0.5) and x["parity_overhead_least"] == pytest.approx(1.0)
+    assert "redundancy on 2 hosts" in text and ">= 0.8x replica: 0.90x" in text and ">= 0.5x restore: 0.60x" in text

@@ -5,8 +5,8 @@
 # each a positive number. As root it adds --hosts 2 and checks where the bytes went:
 # with local storage a resharded restore brings half of each host's bytes from the
 # other host, with a shared root too (read_once: each file is read by one daemon), but
-# saves to a shared root send nothing across; with one replica a save sends each
-# host's file.
+# saves to a shared root send nothing across; with one replica, or parity over both
+# hosts, a save sends each host's file.
 set -euo pipefail
 SRC="$1" BIN="$2"
 OUT="$(mktemp -d)"
@@ -52,6 +52,16 @@ if sys.argv[2] != "0":
         sys.exit(f"1 replica: a host sent {sent} bytes in a save, expected >= {half}")
     if not r["hosts"]["replicas_host1_lost"].get("restore_gbps", 0) > 0:
         sys.exit("bench.json: no restore figure after host 1 lost its data file")
+    # Parity on 2 hosts (G=2, P=1) is one segment per file: each host sends its whole
+    # file to the other and stores the other's as parity, P/(G-P) = 1 of its data.
+    sent = r["hosts"]["parity"]["net_per_host"]["save"]["sent"]
+    if sent < half:
+        sys.exit(f"parity: a host sent {sent} bytes in a save, expected >= {half}")
+    overhead = r["redundancy"]["stored_overhead"]["parity"]
+    if not 0.99 <= overhead <= 1.01:
+        sys.exit(f"parity on 2 hosts stored {overhead:.3f}x the data beside it, expected 1.0")
+    if not r["hosts"]["parity_host1_lost"].get("restore_gbps", 0) > 0:
+        sys.exit("bench.json: no restore figure after host 1 lost its data and parity files")
     print("bench_smoke: hosts figures present; peer bytes as expected")
 keys = ["bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps", "stall_s", "save_gbps", "restore_gbps",
         "reshard_restore_gbps", "grpc_save_gbps", "stall_vs_memcpy", "save_vs_raw_write", "restore_vs_raw_read",

@@ -1310,6 +1310,26 @@ TEST_P(ParityTest, WipedHostsAreRebuiltAtRestartAndRestoreOnFewerHostsAndTheNext
       const absl::Status restored = RestoreParityStep(cluster, rank, n, step);
       EXPECT_TRUE(restored.ok()) << "step " << step << ": " << restored;
     }
+    // Into another layout: rows and columns that straddle the last two savers' boxes,
+    // the last one's rebuilt.
+    std::vector<float> box(96 * 100);
+    ASSERT_TRUE(cluster.Connect(rank)
+                    ->Restore("mh", 1,
+                              {{.name = "big",
+                                .dtype = kDtFloat,
+                                .box_start = {64 * (n - 1) - 32, 500},
+                                .box_length = {96, 100},
+                                .data = box.data(),
+                                .size = box.size() * 4}})
+                    .ok());
+    for (int row = 0; row < 96; ++row) {
+      const int global = 64 * (n - 1) - 32 + row, saver = global / 64;
+      const std::vector<float> rows = BigRows(saver, 1);
+      for (int column = 0; column < 100; ++column) {
+        ASSERT_EQ(box[row * 100 + column], rows[(global % 64) * 1024 + 500 + column])
+            << "rank " << rank << " row " << global << " column " << 500 + column;
+      }
+    }
   }
   EXPECT_EQ(cluster.Stop(), 0) << cluster.log();
 }

@@ -82,7 +82,7 @@ TEST(SavePlanTest, OverlapAndGapFail) {
 }
 
 TEST(SavePlanTest, TrainerOnTwoHostsFails) {
-  auto plan = MakeSavePlan({Shard("a", {}, Box{}, 0, 3), Shard("b", {}, Box{}, 1, 3)}, 2);
+  auto plan = MakeSavePlan({Shard("a", {1}, Box{{0}, {1}}, 0, 3), Shard("b", {1}, Box{{0}, {1}}, 1, 3)}, 2);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -23,30 +23,40 @@ std::string PieceLabel(const std::string& name, const Box& box, const Shape& sha
   return absl::StrCat("'", name, "' slice ", box.ToSliceString(shape));
 }
 
-std::string DataPath(const std::string& prefix, int shard, int num_shards) {
+namespace {
+
+// "<prefix>.<kind>-NNNNN-of-MMMMM", the names of a step's per-rank files.
+std::string NumberedPath(const std::string& prefix, const char* kind, int number, int count) {
   char suffix[64];
-  std::snprintf(suffix, sizeof(suffix), ".data-%05d-of-%05d", shard, num_shards);
+  std::snprintf(suffix, sizeof(suffix), ".%s-%05d-of-%05d", kind, number, count);
   return prefix + suffix;
+}
+
+// The inverse, for a file of the step's own prefix "ckpt", by exact name.
+bool ParseNumberedName(const std::string& path, const char* kind, int* number, int* count) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  const std::string format = absl::StrCat("ckpt.", kind, "-%5d-of-%5d%c");
+  char tail = 0;
+  return std::sscanf(base.c_str(), format.c_str(), number, count, &tail) == 2 &&
+         base == NumberedPath("ckpt", kind, *number, *count);
+}
+
+}  // namespace
+
+std::string DataPath(const std::string& prefix, int shard, int num_shards) {
+  return NumberedPath(prefix, "data", shard, num_shards);
 }
 
 bool ParseDataFileName(const std::string& path, int* shard, int* num_shards) {
-  const std::string base = path.substr(path.rfind('/') + 1);
-  char tail = 0;
-  return std::sscanf(base.c_str(), "ckpt.data-%5d-of-%5d%c", shard, num_shards, &tail) == 2 &&
-         base == DataPath("ckpt", *shard, *num_shards);
+  return ParseNumberedName(path, "data", shard, num_shards);
 }
 
 std::string ParityPath(const std::string& prefix, int rank, int num_ranks) {
-  char suffix[64];
-  std::snprintf(suffix, sizeof(suffix), ".parity-%05d-of-%05d", rank, num_ranks);
-  return prefix + suffix;
+  return NumberedPath(prefix, "parity", rank, num_ranks);
 }
 
 bool ParseParityFileName(const std::string& path, int* rank, int* num_ranks) {
-  const std::string base = path.substr(path.rfind('/') + 1);
-  char tail = 0;
-  return std::sscanf(base.c_str(), "ckpt.parity-%5d-of-%5d%c", rank, num_ranks, &tail) == 2 &&
-         base == ParityPath("ckpt", *rank, *num_ranks);
+  return ParseNumberedName(path, "parity", rank, num_ranks);
 }
 
 tf::TensorSliceProto BoxToSliceProto(const Box& box, const Shape& shape) {

@@ -399,10 +399,9 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
   int shard = 0, num_shards = 0;
   if (ParseParityFileName(path, &shard, &num_shards)) {
     // Only on its writer's host (ckptctl verify reads them through a daemon).
-    HoldersOf(shard, DirName(path));  // reads ckptd.json
-    const CheckpointMeta* meta = ParityMeta();
-    if (meta == nullptr) return target()->NewRandomAccessFile(path);
-    return OpenSaved(*meta, shard, path);
+    const CheckpointMeta& meta = MetaOf(DirName(path));
+    if (meta.parity.parity == 0) return target()->NewRandomAccessFile(path);
+    return OpenSaved(meta, shard, path);
   }
   if (!ParseDataFileName(path, &shard, &num_shards)) return target()->NewRandomAccessFile(path);
   const std::vector<int> holders = HoldersOf(shard, DirName(path));
@@ -441,13 +440,15 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::NewRandomAcces
     if (!tried_remote) first_failure = remote.status();
     tried_remote = true;
   }
-  if (ParityMeta() != nullptr) return Rebuild(shard, num_shards, DirName(path), first_failure);
+  if (MetaOf(DirName(path)).parity.parity > 0)
+    return Rebuild(shard, num_shards, DirName(path), first_failure);
   return first_failure;
 }
 
-const CheckpointMeta* PeerFileSystem::ParityMeta() {
+const CheckpointMeta& PeerFileSystem::MetaOf(const std::string& step_dir) {
   absl::MutexLock lock(&mu_);
-  return meta_.has_value() && meta_->parity.parity > 0 ? &*meta_ : nullptr;
+  if (!meta_.has_value()) meta_ = ReadCheckpointMeta(target(), step_dir).value_or(CheckpointMeta{});
+  return *meta_;  // set once, never replaced
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::OpenSaved(const CheckpointMeta& meta,
@@ -463,7 +464,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::OpenSaved(cons
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::Rebuild(int shard, int num_shards,
                                                                           const std::string& step_dir,
                                                                           const absl::Status& why) {
-  const CheckpointMeta& meta = *ParityMeta();  // read once, never replaced
+  const CheckpointMeta& meta = MetaOf(step_dir);
   const CheckpointMeta::ParityGroup* group = meta.ParityGroupOf(shard);
   if (group == nullptr) return why;
   ParitySources sources;
@@ -484,9 +485,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> PeerFileSystem::Rebuild(int sh
 }
 
 std::vector<int> PeerFileSystem::HoldersOf(int shard, const std::string& step_dir) {
-  absl::MutexLock lock(&mu_);
-  if (!meta_.has_value()) meta_ = ReadCheckpointMeta(target(), step_dir).value_or(CheckpointMeta{});
-  const CheckpointMeta& meta = *meta_;
+  const CheckpointMeta& meta = MetaOf(step_dir);
   std::vector<int> holders;
   auto add = [&](int saving_rank) {
     const std::string host = meta.HostOf(saving_rank);

@@ -166,8 +166,8 @@ class PeerFileSystem final : public FileSystemWrapper {
   // ranks when no holder is in the job.
   int ReaderOf(int shard, const std::vector<int>& holders) const;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRemote(int holder, const std::string& path);
-  // The step's ckptd.json when the step has parity (HoldersOf has read it), or null.
-  const CheckpointMeta* ParityMeta();
+  // The step's ckptd.json (empty when it has none), read on first use.
+  const CheckpointMeta& MetaOf(const std::string& step_dir);
   // File `path` (data or parity) of saving rank `saving_rank`: here when its host is
   // this one, else from the daemon on its host.
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenSaved(const CheckpointMeta& meta, int saving_rank,

@@ -191,7 +191,10 @@ class ReplyReader {
   // Every target was filled: INVALID_ARGUMENT naming the first that was not.
   absl::Status CheckComplete(const v1::RestoreRequest& request) {
     for (size_t i = 0; i < targets_.size(); ++i) {
-      if (request.tensors(static_cast<int>(i)).has_host_memory()) received_[i] = capacity_[i];
+      const v1::TensorRequest& tensor = request.tensors(static_cast<int>(i));
+      if (tensor.has_host_memory() || (header_.process_memory() && tensor.process_memory_size() > 0)) {
+        received_[i] = capacity_[i];
+      }
     }
     for (size_t i = 0; i < targets_.size(); ++i) {
       if (received_[i] != capacity_[i]) {
@@ -258,6 +261,19 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
                                            const RestoreOptions& options) {
   std::vector<int64_t> offsets;
   const size_t total = LayOutReply(shared_memory, request, targets, capacity, &offsets);
+  // On this host the daemon may write plain targets itself, straight from its reads
+  // into memory the trainer already holds, with the segment left untouched; not when
+  // a failed restore must leave them as they were.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    v1::TensorRequest& tensor = *request->mutable_tensors(static_cast<int>(i));
+    tensor.clear_process_memory();
+    if (!shared_memory || offsets[i] < 0 || options.keep_targets_on_failure) continue;
+    for (const auto& [data, size] : pieces[i]) {
+      v1::MemoryRange* range = tensor.add_process_memory();
+      range->set_address(reinterpret_cast<uintptr_t>(data));
+      range->set_size(static_cast<int64_t>(size));
+    }
+  }
   std::unique_ptr<Segment> segment;
   if (shared_memory && total > 0) {
     ASSIGN_OR_RETURN_CLIENT(segment, TakeSegment(total));
@@ -295,7 +311,9 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   if (!status.ok()) return FromGrpcStatus(status);
   if (segment != nullptr) {
     if (!reply.have_header()) return absl::InternalError("the daemon's restore reply had no header");
-    for (size_t i = 0; i < targets.size(); ++i) reply.CopyOut(i);
+    if (!reply.header().process_memory()) {
+      for (size_t i = 0; i < targets.size(); ++i) reply.CopyOut(i);
+    }
     ReturnSegment(std::move(segment));
   }
   RETURN_IF_ERROR_CLIENT(reply.CheckComplete(*request));
@@ -306,7 +324,8 @@ absl::StatusOr<int64_t> Client::RestoreVia(bool shared_memory, v1::RestoreReques
   if (options.stats != nullptr) {
     *options.stats = {.storage_bytes_read = header.storage_bytes_read(),
                       .peer_bytes_received = header.peer_bytes_received(),
-                      .bytes_delivered = header.bytes_delivered()};
+                      .bytes_delivered = header.bytes_delivered(),
+                      .into_trainer_memory = header.process_memory()};
   }
   return header.step();
 }

@@ -346,6 +346,7 @@ class Daemon {
             .max_tensors_per_request = config.max_tensors_per_request,
             .max_request_bytes = config.max_request_bytes,
             .max_trainers = config.max_trainers,
+            .restore_into_trainer_memory = config.restore_into_trainer_memory,
             .metrics = config.metrics_address.empty() ? nullptr : metrics};
   }
 

@@ -53,6 +53,11 @@ struct DaemonConfig {
   // and the others ask that daemon over the peer channel. Off: every daemon reads what its
   // trainers need itself.
   bool read_once = true;
+  // A trainer on this host that names its tensors' memory gets its restores written
+  // there by the daemon itself (process_vm_writev), where the kernel lets the daemon
+  // ptrace it: no shared segment to fault in and copy out of. Off (or not permitted):
+  // through the trainer's shared-memory segment.
+  bool restore_into_trainer_memory = true;
   // Without tcp.address, the daemons make their own peer channel (for local storage,
   // read_once across hosts, replicas) and listen on this interface: a name ("ib0") or
   // an IPv4 network ("10.1.0.0/16"). Empty: Open MPI's TCP interface if it was told

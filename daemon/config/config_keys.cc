@@ -317,6 +317,10 @@ void AddTierKeys(std::vector<ConfigKey>& keys) {
               "each data file of a step is read from storage by one daemon, which sends its bytes to "
               "the others over the peer channel (see \"Each byte read once\")",
               &C::read_once));
+  keys.push_back(BoolKey("restore_into_trainer_memory", "",
+                         "write a local trainer's restores into its own memory (process_vm_writev, where the "
+                         "kernel lets the daemon ptrace it) instead of through its shared-memory segment",
+                         &C::restore_into_trainer_memory));
   keys.push_back(StringKey("peer_interface", "--peer-interface",
                            "without `tcp.address`: the interface (name, or IPv4 network as CIDR) the "
                            "job's own peer channel listens on; empty: Open MPI's TCP interface, else the "

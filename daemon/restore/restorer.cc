@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -86,7 +88,6 @@ absl::Status Restorer::RestoreStep(const RestoreCall& call, const RestoreSource&
     header_message.mutable_header()->mutable_trainer_state()->insert(state.begin(), state.end());
   }
   if (call.describe_only) return sink->Send(header_message);
-  ASSIGN_OR_RETURN(std::shared_ptr<SharedSegment> mapped, MapReplySegment(call, caller, plan));
   // With nothing to fall back to and no device memory, a reply goes out while it is
   // read: streamed to host memory, or named tensor by tensor in shared memory.
   // Otherwise everything is read (and verified) before anything is sent, so that a
@@ -94,6 +95,21 @@ absl::Status Restorer::RestoreStep(const RestoreCall& call, const RestoreSource&
   const bool send_header_first =
       last_candidate && !call.fallback &&
       absl::c_none_of(call.wants.devices, [](const auto& d) { return d.has_value(); });
+  // Where the trainer named its own memory and the kernel lets this daemon write it,
+  // the reply is streamed into that memory as it is read, and its segment is never
+  // touched.
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainerMemory> trainer_memory,
+                   OpenTrainerMemory(call, caller, plan, send_header_first));
+  std::shared_ptr<SharedSegment> mapped;
+  if (trainer_memory == nullptr) {
+    ASSIGN_OR_RETURN(mapped, MapReplySegment(call, caller, plan));
+  }
+  std::optional<TrainerMemorySink> into_trainer;
+  if (trainer_memory != nullptr) {
+    header_message.mutable_header()->set_process_memory(true);
+    into_trainer.emplace(trainer_memory.get(), &call.wants.process_memory, sink);
+    sink = &*into_trainer;
+  }
   const bool stream_while_reading =
       send_header_first && mapped == nullptr &&
       absl::c_none_of(call.wants.host_memory, [](const auto& h) { return h.has_value(); });
@@ -107,7 +123,11 @@ absl::Status Restorer::RestoreStep(const RestoreCall& call, const RestoreSource&
   header_message.mutable_header()->set_bytes_delivered(delivered);
   RETURN_IF_ERROR(ReadAndSend(call, *reader, plan, *reads, header_message, stream_while_reading,
                               announce_while_reading, deadline, out, sink));
-  Record(call, plan, step, caller, *reads, mapped != nullptr, delivered, started);
+  Record(call, plan, step, caller, *reads,
+         trainer_memory != nullptr ? " (into the trainer's memory)"
+         : mapped != nullptr       ? " (shared memory)"
+                                   : "",
+         delivered, started);
   return absl::OkStatus();
 }
 
@@ -143,7 +163,7 @@ absl::Status Restorer::ReadAndSend(const RestoreCall& call, BundleReader& reader
 }
 
 void Restorer::Record(const RestoreCall& call, const RestorePlan& plan, int64_t step,
-                      const RestoreCaller& caller, const StorageTiers::StepReads& reads, bool shared_memory,
+                      const RestoreCaller& caller, const StorageTiers::StepReads& reads, const char* delivery,
                       int64_t delivered, absl::Time started) {
   peer_bytes_ += reads.peer_bytes();
   bytes_delivered_ += static_cast<uint64_t>(delivered);
@@ -155,7 +175,7 @@ void Restorer::Record(const RestoreCall& call, const RestorePlan& plan, int64_t 
       "({:.0f} MB/s); {} bytes read from storage, {} from peers{}",
       call.run, step, caller.describe(), call.trainer_id, plan.items.size(), delivered, seconds,
       seconds > 0 ? static_cast<double>(delivered) / seconds / 1e6 : 0.0, reads.storage_bytes(),
-      reads.peer_bytes(), shared_memory ? " (shared memory)" : "");
+      reads.peer_bytes(), delivery);
   if (metrics_ != nullptr) {
     const Metrics::Labels run = {{"run", call.run}};
     metrics_->Count("ckptd_restores_total", run);
@@ -172,6 +192,72 @@ void Restorer::Record(const RestoreCall& call, const RestorePlan& plan, int64_t 
                     absl::StrJoin(boxes, " "), DataTypeName(item.dtype), item.bytes);
     }
   }
+}
+
+absl::StatusOr<std::unique_ptr<TrainerMemory>> Restorer::OpenTrainerMemory(const RestoreCall& call,
+                                                                           const RestoreCaller& caller,
+                                                                           const RestorePlan& plan,
+                                                                           bool send_header_first) {
+  const std::vector<std::vector<AddressRange>>& ranges = call.wants.process_memory;
+  const bool any_named = absl::c_any_of(ranges, [](const auto& r) { return !r.empty(); });
+  if (!any_named) return nullptr;
+  std::optional<uint64_t> probe;
+  bool all_named = true;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    int64_t named = 0;
+    for (const AddressRange& range : ranges[i]) {
+      named += range.size;
+      if (range.size > 0 && !probe.has_value()) probe = range.address;
+    }
+    if (!ranges[i].empty() && named != plan.items[i].bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tensors[", i, "].process_memory: ranges of ", named,
+                                                     " bytes in all, but tensor '", plan.items[i].info.name,
+                                                     "' restores as ", plan.items[i].bytes));
+    }
+    if (ranges[i].empty() && plan.items[i].bytes > 0) all_named = false;
+  }
+  // Written while it is read, or not at all: a reply held back for fallback or
+  // device memory, or one with tensors bound elsewhere, takes the segment.
+  if (!options_.process_memory || !call.shared_memory.has_value() || !send_header_first || !all_named ||
+      !probe.has_value() ||
+      absl::c_any_of(call.wants.host_memory, [](const auto& h) { return h.has_value(); })) {
+    return nullptr;
+  }
+  ASSIGN_OR_RETURN(pid_t pid, caller.pid());
+  absl::StatusOr<std::unique_ptr<TrainerMemory>> memory = TrainerMemory::Open(pid, *probe);
+  if (memory.ok() || absl::IsInvalidArgument(memory.status()) || absl::IsCancelled(memory.status())) {
+    return memory;
+  }
+  if (!told_no_process_memory_.exchange(true)) {
+    spdlog::info("Restores go through trainers' shared-memory segments, not straight into their memory: {}",
+                 std::string(memory.status().message()));
+  }
+  return nullptr;
+}
+
+TrainerMemorySink::TrainerMemorySink(const TrainerMemory* memory,
+                                     const std::vector<std::vector<AddressRange>>* ranges,
+                                     RestoreSink* replies)
+    : memory_(memory), ranges_(ranges), replies_(replies) {}
+
+absl::Status TrainerMemorySink::Send(const v1::RestoreResponse& message) { return replies_->Send(message); }
+
+absl::Status TrainerMemorySink::SendChunk(int32_t tensor_index, int64_t offset, absl::Span<const char> data) {
+  // The chunk's bytes belong at `offset` of the tensor's ranges laid end to end.
+  for (const AddressRange& range : (*ranges_)[static_cast<size_t>(tensor_index)]) {
+    if (data.empty()) break;
+    if (offset >= range.size) {
+      offset -= range.size;
+      continue;
+    }
+    const size_t take = std::min(data.size(), static_cast<size_t>(range.size - offset));
+    RETURN_IF_ERROR(memory_->Write(range.address + static_cast<uint64_t>(offset), data.first(take)));
+    data.remove_prefix(take);
+    offset = 0;
+  }
+  if (!data.empty())
+    return absl::InternalError("process_memory: a chunk past the end of its tensor's ranges");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<SharedSegment>> Restorer::MapReplySegment(const RestoreCall& call,

@@ -34,6 +34,7 @@
 #include "daemon/staging/device_stager.h"
 #include "daemon/staging/shared_segment.h"
 #include "daemon/staging/staging_area.h"
+#include "daemon/staging/trainer_memory.h"
 #include "daemon/tiers/storage_tiers.h"
 
 namespace ckptd {
@@ -66,6 +67,25 @@ struct RestorerOptions {
   uint64_t max_index_bytes = uint64_t{1} << 30;
   // Threads one restore reads with: enough to keep a disk's queue busy.
   int read_threads = 4;
+  // Write a local trainer's restores into its own memory where it names it and the
+  // kernel allows (TrainerMemory); false: always through its segment.
+  bool process_memory = true;
+};
+
+// A restore's replies with every chunk written into the trainer's memory instead of
+// sent: tensor i's chunks go to (*ranges)[i], laid end to end. Headers, trailers and
+// RestoreReady messages go on to `replies`. Borrows everything; one thread at a time.
+class TrainerMemorySink : public RestoreSink {
+ public:
+  TrainerMemorySink(const TrainerMemory* memory, const std::vector<std::vector<AddressRange>>* ranges,
+                    RestoreSink* replies);
+  absl::Status Send(const v1::RestoreResponse& message) override;
+  absl::Status SendChunk(int32_t tensor_index, int64_t offset, absl::Span<const char> data) override;
+
+ private:
+  const TrainerMemory* memory_;
+  const std::vector<std::vector<AddressRange>>* ranges_;
+  RestoreSink* replies_;
 };
 
 class Restorer {
@@ -108,6 +128,16 @@ class Restorer {
                            const StorageTiers::StepReads& reads, v1::RestoreResponse& header_message,
                            bool stream_while_reading, bool announce_while_reading, absl::Time deadline,
                            RestoreOutputs& out, RestoreSink* sink);
+  // The trainer's memory when this restore goes straight into it: it named its own
+  // memory for every tensor, sent a segment (so it runs on this host), the reply is
+  // sent while it is read (`send_header_first`), no tensor is bound for host_memory,
+  // and the kernel lets this daemon write there. Null otherwise (the reply then uses
+  // the segment); INVALID_ARGUMENT when a tensor's ranges do not add up to its bytes
+  // or are not mapped in the trainer.
+  absl::StatusOr<std::unique_ptr<TrainerMemory>> OpenTrainerMemory(const RestoreCall& call,
+                                                                   const RestoreCaller& caller,
+                                                                   const RestorePlan& plan,
+                                                                   bool send_header_first);
   // The trainer's segment for a shared-memory reply (null for a streamed one),
   // INVALID_ARGUMENT when it is smaller than the plan needs.
   absl::StatusOr<std::shared_ptr<SharedSegment>> MapReplySegment(const RestoreCall& call,
@@ -123,7 +153,7 @@ class Restorer {
   absl::Status CheckShardsHere(const BundleReader& reader, const std::string& step_dir) const;
   // The log line, the counters, and per-tensor debug lines of a restore that succeeded.
   void Record(const RestoreCall& call, const RestorePlan& plan, int64_t step, const RestoreCaller& caller,
-              const StorageTiers::StepReads& reads, bool shared_memory, int64_t delivered,
+              const StorageTiers::StepReads& reads, const char* delivery, int64_t delivered,
               absl::Time started);
 
   const RestorerOptions options_;
@@ -135,6 +165,7 @@ class Restorer {
   Metrics* metrics_;
   std::atomic<uint64_t> peer_bytes_{0};
   std::atomic<uint64_t> bytes_delivered_{0};
+  std::atomic<bool> told_no_process_memory_{false};  // logged once per daemon
 };
 
 }  // namespace ckptd

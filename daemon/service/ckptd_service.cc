@@ -49,8 +49,9 @@ CkptdService::CkptdService(ServiceContext context, StepRegistry* registry, Stora
       staging_(staging),
       peers_(peers),
       device_(DeviceStager::Create()),
-      restorer_({.max_index_bytes = context_.max_index_bytes}, tiers, registry, staging, device_.get(),
-                &segments_, context_.metrics) {
+      restorer_({.max_index_bytes = context_.max_index_bytes,
+                 .process_memory = context_.restore_into_trainer_memory},
+                tiers, registry, staging, device_.get(), &segments_, context_.metrics) {
   ServeRestoreAsBytes();
 }
 

@@ -44,6 +44,7 @@ struct ServiceContext {
   int64_t max_tensors_per_request = DaemonConfig{}.max_tensors_per_request;
   int64_t max_request_bytes = DaemonConfig{}.max_request_bytes;
   int max_trainers = DaemonConfig{}.max_trainers;
+  bool restore_into_trainer_memory = DaemonConfig{}.restore_into_trainer_memory;
   std::string tcp_address{};  // filled in once the TCP listener is up
   // Counters and histograms for /metrics (config metrics_address); null: none kept.
   Metrics* metrics = nullptr;

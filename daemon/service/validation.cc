@@ -194,6 +194,7 @@ absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& req
   wants.tensors.reserve(count);
   wants.devices.reserve(count);
   wants.host_memory.reserve(count);
+  wants.process_memory.reserve(count);
   for (int i = 0; i < request.tensors_size(); ++i) {
     const v1::TensorRequest& t = request.tensors(i);
     const std::string field = absl::StrCat("tensors[", i, "]");
@@ -227,9 +228,22 @@ absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& req
       want.outside_reply = true;
       host = h;
     }
+    std::vector<AddressRange> process;
+    if (t.process_memory_size() > 0 && (t.has_device_memory() || t.has_host_memory())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": process_memory with device_memory or host_memory (the bytes go to one place)"));
+    }
+    for (const v1::MemoryRange& range : t.process_memory()) {
+      if (range.size() < 0 || range.address() > UINT64_MAX - static_cast<uint64_t>(range.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".process_memory: a range with a negative size or past the end of memory"));
+      }
+      process.push_back({range.address(), range.size()});
+    }
     wants.tensors.push_back(std::move(want));
     wants.devices.push_back(std::move(device));
     wants.host_memory.push_back(std::move(host));
+    wants.process_memory.push_back(std::move(process));
   }
   return wants;
 }

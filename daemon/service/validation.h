@@ -3,6 +3,7 @@
 #ifndef CKPTD_DAEMON_SERVICE_VALIDATION_H_
 #define CKPTD_DAEMON_SERVICE_VALIDATION_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,12 @@ absl::StatusOr<DeviceMemoryRef> CheckDeviceMemory(const v1::DeviceMemory& memory
 
 // The boxes of a tensor with a layout, one per device of `placement`.
 
+// Bytes [address, address + size) of a trainer's address space.
+struct AddressRange {
+  uint64_t address = 0;
+  int64_t size = 0;
+};
+
 // A Restore request's tensors as the restore planner takes them, with the device
 // memory each is delivered to, if any.
 struct RestoreWants {
@@ -58,6 +65,10 @@ struct RestoreWants {
   // Per tensor: the range of one of the trainer's segments its bytes go straight into
   // (TensorRequest.host_memory), checked for sign only.
   std::vector<std::optional<v1::SharedMemory>> host_memory{};
+  // Per tensor: ranges of the trainer's own address space its bytes may be written
+  // into, in order (TensorRequest.process_memory; empty when none), each checked for
+  // sign only; the restorer checks that they add up to the tensor's bytes.
+  std::vector<std::vector<AddressRange>> process_memory{};
 };
 absl::StatusOr<RestoreWants> RestoreWantsFromProto(const v1::RestoreRequest& request);
 

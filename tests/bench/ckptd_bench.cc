@@ -1,8 +1,10 @@
 // ckptd-bench: the measurements behind scripts/bench.sh. Three modes:
 //
 //   raw      --dir D --bytes B --files N   O_DIRECT sequential write (+fdatasync) and read
-//            of B bytes split over N concurrent files, and memcpy of B bytes into
-//            reused memory: the baselines ckptd is held against.
+//            of B bytes split over N concurrent files; the restore's read ceilings (the
+//            same bytes read with O_DIRECT into distinct memory, pre-faulted and fresh,
+//            the best of 2 and 4 threads); and memcpy of B bytes into reused and into
+//            first-touch memory: the baselines ckptd is held against.
 //   save     --socket T --bytes B          under mpirun, one process per trainer: each
 //            trainer saves its row slab of 8 float32 tensors (B bytes in all), then
 //            restores it, then restores a different cut (reshard), over shared memory and
@@ -113,10 +115,61 @@ json Raw(const std::string& dir, int64_t bytes, int files) {
   };
   const double write_gbps = run(true);
   const double read_gbps = run(false);
-  for (int f = 0; f < files; ++f) {
-    ::unlink(absl::StrCat(dir, "/raw-", f).c_str());
-    std::free(buffers[f]);
+  for (char* b : buffers) std::free(b);
+  // The read ceiling of a restore: every byte of the files to an address of its own, as
+  // a restore must deliver them, with `threads` threads each reading a contiguous share
+  // in 8 MiB O_DIRECT reads. Into memory touched before (a process that has restored
+  // before) and into memory never touched (a process's first restore: the kernel
+  // faults each page in as the read lands).
+  const int64_t read_bytes = per_file * files;
+  auto read_distinct = [&](int threads, char* into) {
+    const int64_t blocks = read_bytes / static_cast<int64_t>(kBlock);
+    std::vector<std::thread> pool;
+    const absl::Time start = absl::Now();
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::vector<int> fds(static_cast<size_t>(files), -1);
+        for (int64_t b = blocks * t / threads; b < blocks * (t + 1) / threads; ++b) {
+          const int64_t at = b * static_cast<int64_t>(kBlock);
+          const int f = static_cast<int>(at / per_file);
+          if (fds[f] < 0) {
+            const std::string path = absl::StrCat(dir, "/raw-", f);
+            fds[f] = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+            if (fds[f] < 0) fds[f] = ::open(path.c_str(), O_RDONLY);
+          }
+          if (::pread(fds[f], into + at, kBlock, at % per_file) != static_cast<ssize_t>(kBlock)) std::abort();
+        }
+        for (int fd : fds) {
+          if (fd >= 0) ::close(fd);
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    return static_cast<double>(read_bytes) / Seconds(start) / 1e9;
+  };
+  json distinct;
+  for (const bool fresh : {false, true}) {
+    double best = 0;
+    int best_threads = 0;
+    for (const int threads : {2, 4}) {
+      char* into = nullptr;
+      if (fresh) {
+        void* p = nullptr;
+        if (posix_memalign(&p, 4096, static_cast<size_t>(read_bytes)) != 0) std::abort();
+        into = static_cast<char*>(p);  // large: its own mapping, never touched
+      } else {
+        into = AlignedAlloc(static_cast<size_t>(read_bytes));
+      }
+      const double gbps = read_distinct(threads, into);
+      KeepWritten(into);
+      std::free(into);
+      if (gbps > best) best = gbps, best_threads = threads;
+    }
+    const std::string kind = fresh ? "fresh" : "prefaulted";
+    distinct[absl::StrCat("read_", kind, "_gbps")] = best;
+    distinct[absl::StrCat("read_", kind, "_threads")] = best_threads;
   }
+  for (int f = 0; f < files; ++f) ::unlink(absl::StrCat(dir, "/raw-", f).c_str());
   char* src = AlignedAlloc(static_cast<size_t>(bytes));
   char* dst = AlignedAlloc(static_cast<size_t>(bytes));
   absl::Time start = absl::Now();
@@ -134,7 +187,11 @@ json Raw(const std::string& dir, int64_t bytes, int files) {
   const double first_touch_seconds = Seconds(start);
   std::free(fresh);
   std::free(src);
-  return {{"raw_write_gbps", write_gbps},
+  return {{"read_prefaulted_gbps", distinct["read_prefaulted_gbps"]},
+          {"read_prefaulted_threads", distinct["read_prefaulted_threads"]},
+          {"read_fresh_gbps", distinct["read_fresh_gbps"]},
+          {"read_fresh_threads", distinct["read_fresh_threads"]},
+          {"raw_write_gbps", write_gbps},
           {"raw_read_gbps", read_gbps},
           {"memcpy_gbps", static_cast<double>(bytes) / memcpy_seconds / 1e9},
           {"memcpy_s", memcpy_seconds},

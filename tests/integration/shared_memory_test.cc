@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "daemon/base/status.h"
 #include "daemon/bundle/bundle.h"
 #include "daemon/store/checkpoint_store.h"
+#include "tests/common/temp_dir.h"
 #include "tests/integration/cluster.h"
 
 namespace ckptd::testing {
@@ -84,18 +86,22 @@ class SharedMemoryTest : public ::testing::Test {
     });
     for (int t = 0; t < 4; ++t) ASSERT_TRUE(results[t].ok()) << "trainer " << t << ": " << results[t];
   }
-  void ExpectRestores(const std::string& run, int64_t step, Transport transport) {
+  // Restores step `step` into plain memory over `transport`; returns whether the
+  // daemon wrote it into that memory itself.
+  bool ExpectRestores(const std::string& run, int64_t step, Transport transport) {
     auto client = cluster_->Connect(1);
     std::vector<float> w(16 * 1000);
     std::vector<int64_t> bias(5);
     RestoreOptions options;
     options.transport = transport;
+    RestoreStats stats;
+    options.stats = &stats;
     auto restored = client->Restore(
         run, step,
         {{.name = "w", .dtype = 0, .data = w.data(), .size = w.size() * sizeof(float)},
          {.name = "bias", .dtype = 0, .data = bias.data(), .size = bias.size() * sizeof(int64_t)}},
         options);
-    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_TRUE(restored.ok()) << restored.status();
     std::vector<float> want;
     for (int t = 0; t < 4; ++t) {
       const TrainerData d = MakeData(t, step);
@@ -103,6 +109,7 @@ class SharedMemoryTest : public ::testing::Test {
     }
     EXPECT_EQ(w, want);
     EXPECT_EQ(bias, MakeData(0, step).bias);
+    return stats.into_trainer_memory;
   }
   std::unique_ptr<Cluster> cluster_;
 };
@@ -298,14 +305,28 @@ TEST_F(SharedMemoryTest, SegmentsInHugePagesSaveAndRestoreBitExact) {
   EXPECT_FALSE((*small)->huge_pages());
 }
 
-// Restores "bias" of run "host" step 1 with host_memory naming `fd` of this process,
-// returning the chunks of tensor data the reply carried.
-grpc::Status RawRestoreIntoHostMemory(const std::string& address, int fd, int64_t offset, int64_t size,
-                                      int* chunks) {
+// Sends `request` as a raw Restore: *header gets the reply's header (when there is
+// one), *chunks counts the chunks of tensor data it carried.
+grpc::Status SendRawRestore(const std::string& address, const v1::RestoreRequest& request,
+                            v1::RestoreHeader* header, int* chunks) {
   auto channel = grpc::CreateChannel("unix:" + address, grpc::InsecureChannelCredentials());
   auto stub = v1::Ckptd::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub->Restore(&ctx, request);
+  v1::RestoreResponse response;
+  *chunks = 0;
+  while (reader->Read(&response)) {
+    if (response.has_header()) *header = response.header();
+    *chunks += response.has_chunk() ? 1 : 0;
+  }
+  return reader->Finish();
+}
+
+// Restores "bias" of run "host" step 1 with host_memory naming `fd` of this process,
+// returning the chunks of tensor data the reply carried.
+grpc::Status RawRestoreIntoHostMemory(const std::string& address, int fd, int64_t offset, int64_t size,
+                                      int* chunks) {
   v1::RestoreRequest request;
   request.set_run("host");
   request.set_step(1);
@@ -314,11 +335,8 @@ grpc::Status RawRestoreIntoHostMemory(const std::string& address, int fd, int64_
   t->mutable_host_memory()->set_fd(fd);
   t->mutable_host_memory()->set_offset(offset);
   t->mutable_host_memory()->set_size(size);
-  auto reader = stub->Restore(&ctx, request);
-  v1::RestoreResponse response;
-  *chunks = 0;
-  while (reader->Read(&response)) *chunks += response.has_chunk() ? 1 : 0;
-  return reader->Finish();
+  v1::RestoreHeader header;
+  return SendRawRestore(address, request, &header, chunks);
 }
 
 TEST_F(SharedMemoryTest, HostMemoryIsWrittenByTheDaemonAndNoChunkCarriesIt) {
@@ -338,6 +356,144 @@ TEST_F(SharedMemoryTest, HostMemoryIsWrittenByTheDaemonAndNoChunkCarriesIt) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_NE(s.error_message().find("tensors[0].host_memory"), std::string::npos) << s.error_message();
   ::close(file);
+}
+
+TEST_F(SharedMemoryTest, OnThisHostTheDaemonWritesRestoresIntoTheTrainersOwnMemory) {
+  SaveAll("direct", 1, Transport::kSharedMemory, true);
+  // As root the kernel lets the daemon write into the test's memory: every plain
+  // target is written there, over auto and shared memory alike; a streamed reply
+  // stays a stream.
+  EXPECT_TRUE(ExpectRestores("direct", 1, Transport::kAuto));
+  EXPECT_TRUE(ExpectRestores("direct", 1, Transport::kSharedMemory));
+  EXPECT_FALSE(ExpectRestores("direct", 1, Transport::kStream));
+  // A target split over several buffers (a layout's boxes, one per device) is
+  // written piece by piece: two devices, each holding rows 8d..8d+8 of w.
+  auto client = cluster_->Connect(0);
+  std::vector<float> device0(8 * 1000, -1), device1(8 * 1000, -1);
+  NamedTensors named = {{"w",
+                         {.dtype = kDtFloat,
+                          .shape = {16, 1000},
+                          .sharding_specs = {"x", "unsharded"},
+                          .device_data = {{device0.data(), device0.size() * sizeof(float)},
+                                          {device1.data(), device1.size() * sizeof(float)}}}}};
+  RestoreOptions options;
+  options.mesh =
+      "|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:CPU:0,/job:localhost/replica:0/task:0/"
+      "device:CPU:1";
+  options.device_ids = {0, 1};
+  RestoreStats stats;
+  options.stats = &stats;
+  auto restored = client->RestoreByName("direct", 1, named, options);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_TRUE(stats.into_trainer_memory);
+  for (int t = 0; t < 4; ++t) {
+    const std::vector<float>& device = t < 2 ? device0 : device1;
+    const TrainerData d = MakeData(t, 1);
+    EXPECT_TRUE(std::equal(d.rows.begin(), d.rows.end(), device.begin() + (t % 2) * 4000)) << "trainer " << t;
+  }
+}
+
+// A raw Restore of w (64,000 bytes) into `ranges` of this process, with `segment`
+// as its shared-memory reply; *header gets the reply's header, *chunks counts chunks.
+grpc::Status RawRestoreIntoProcessMemory(const std::string& address, const HostBuffer& segment,
+                                         const std::vector<std::pair<void*, int64_t>>& ranges,
+                                         v1::RestoreHeader* header, int* chunks,
+                                         bool host_memory_too = false) {
+  v1::RestoreRequest request;
+  request.set_run("direct");
+  request.set_step(1);
+  v1::TensorRequest* t = request.add_tensors();
+  t->set_name("w");
+  for (const auto& [data, size] : ranges) {
+    v1::MemoryRange* range = t->add_process_memory();
+    range->set_address(reinterpret_cast<uintptr_t>(data));
+    range->set_size(size);
+  }
+  if (host_memory_too) {
+    t->mutable_host_memory()->set_fd(segment.fd());
+    t->mutable_host_memory()->set_size(64000);
+  }
+  request.mutable_shared_memory()->set_fd(segment.fd());
+  request.mutable_shared_memory()->set_size(static_cast<int64_t>(segment.size()));
+  return SendRawRestore(address, request, header, chunks);
+}
+
+TEST_F(SharedMemoryTest, ProcessMemoryRangesThatDoNotFitTheTensorAreRefusedWithTheirField) {
+  SaveAll("direct", 1, Transport::kSharedMemory, true);
+  std::vector<float> want;
+  for (int t = 0; t < 4; ++t) {
+    const TrainerData d = MakeData(t, 1);
+    want.insert(want.end(), d.rows.begin(), d.rows.end());
+  }
+  auto segment = HostBuffer::Allocate(64000);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  std::memset((*segment)->data(), 0, (*segment)->size());
+  // Two ranges laid end to end: the bytes land in them, none in the segment, no chunk.
+  std::vector<float> w(16 * 1000, -1);
+  v1::RestoreHeader header;
+  int chunks = -1;
+  grpc::Status s = RawRestoreIntoProcessMemory(
+      cluster_->Address(0), **segment, {{w.data(), 24000}, {w.data() + 6000, 40000}}, &header, &chunks);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(header.process_memory());
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(w, want);
+  EXPECT_EQ(std::string((*segment)->data(), 64000), std::string(64000, '\0')) << "the segment was written";
+
+  // Ranges that add up to less than the tensor.
+  s = RawRestoreIntoProcessMemory(cluster_->Address(0), **segment, {{w.data(), 63996}}, &header, &chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("tensors[0].process_memory: ranges of 63996 bytes"), std::string::npos)
+      << s.error_message();
+  // Memory this process does not have, at the start or part-way: nothing is sent as
+  // written, and the call fails.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  char* region = static_cast<char*>(
+      ::mmap(nullptr, 32 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  ASSERT_EQ(::munmap(region + 8 * page, page), 0);
+  s = RawRestoreIntoProcessMemory(cluster_->Address(0), **segment, {{region + 8 * page, 64000}}, &header,
+                                  &chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("not mapped in the trainer"), std::string::npos) << s.error_message();
+  s = RawRestoreIntoProcessMemory(cluster_->Address(0), **segment, {{region, 64000}}, &header, &chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("not writable in the trainer"), std::string::npos) << s.error_message();
+  ::munmap(region, 8 * page);
+  ::munmap(region + 9 * page, 23 * page);
+  // Two destinations for one tensor.
+  s = RawRestoreIntoProcessMemory(cluster_->Address(0), **segment, {{w.data(), 64000}}, &header, &chunks,
+                                  /*host_memory_too=*/true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("process_memory with device_memory or host_memory"), std::string::npos)
+      << s.error_message();
+}
+
+TEST(TrainerMemoryOffTest, WithRestoreIntoTrainerMemoryOffRestoresGoThroughTheSegment) {
+  TempDir dir;
+  const std::string config = dir.path() + "/ckptd.yaml";
+  ASSERT_TRUE(PosixFileSystem()->WriteFileAtomically(config, "restore_into_trainer_memory: false\n").ok());
+  Cluster cluster(1, "", {"--config", config});
+  ASSERT_TRUE(cluster.Start().ok());
+  auto client = cluster.Connect(0);
+  std::vector<int64_t> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(
+      client
+          ->Save("off", 1, 0, 1,
+                 {{.name = "v", .dtype = kDtInt64, .shape = {8}, .data = v.data(), .size = v.size() * 8}})
+          .ok());
+  ASSERT_TRUE(client->Wait("off", 1).ok());
+  std::vector<int64_t> back(8);
+  RestoreOptions options;
+  options.transport = Transport::kSharedMemory;
+  RestoreStats stats;
+  options.stats = &stats;
+  auto restored = client->Restore(
+      "off", 1, {{.name = "v", .dtype = 0, .data = back.data(), .size = back.size() * 8}}, options);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_FALSE(stats.into_trainer_memory);
+  EXPECT_EQ(back, v);
+  EXPECT_EQ(cluster.Stop(), 0) << "see " << cluster.log();
 }
 
 // Sends a raw Save whose header points at `fd` of this process.

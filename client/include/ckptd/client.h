@@ -146,6 +146,9 @@ struct RestoreStats {
   int64_t storage_bytes_read = 0;
   int64_t peer_bytes_received = 0;
   int64_t bytes_delivered = 0;
+  // The daemon wrote the bytes into the targets itself (on this host, where the
+  // kernel lets it): no shared-memory segment was filled or copied out of.
+  bool into_trainer_memory = false;
 };
 
 struct RestoreOptions {
@@ -157,11 +160,12 @@ struct RestoreOptions {
   absl::Duration timeout = absl::Minutes(10);
   Transport transport = Transport::kAuto;
   // A restore that fails (DATA_LOSS: a checksum) may have filled some targets already:
-  // each tensor is copied into its target as soon as the daemon has read and verified
-  // it, so that the copies overlap the reads. With this set, the targets are written
-  // only once every tensor has read cleanly (over shared memory; the gRPC stream
-  // always delivers as it reads), and a failed restore leaves them as they were. The
-  // copies then follow the reads.
+  // each tensor lands in its target as soon as the daemon has read and verified it
+  // (written there by the daemon itself, or copied out of the segment), so that
+  // delivery overlaps the reads. With this set, the targets are written only once
+  // every tensor has read cleanly (over shared memory, copied out of the segment by
+  // the client; the gRPC stream always delivers as it reads), and a failed restore
+  // leaves them as they were. The copies then follow the reads.
   bool keep_targets_on_failure = false;
 };
 

@@ -115,13 +115,20 @@ class RestoreSpec:
     (a.astype(np.uint32) << 16).view(np.float32).
 
     start and length: instead of a layout, one box of the tensor (any box, whatever
-    boxes it was saved in), returned as one array of shape `length`."""
+    boxes it was saved in), returned as one array of shape `length`.
+
+    out: where the bytes go, as a trainer restores into the model it holds: an
+    ndarray (a list of them, one per device box, with a layout), C-contiguous,
+    writable, each exactly its box's bytes. The result holds these very arrays. On
+    this host the daemon writes them itself where the kernel lets it; otherwise the
+    client copies the bytes in."""
 
     shape: Optional[Sequence[int]] = None
     dtype: Optional[npt.DTypeLike] = None
     layout: Optional[Sequence[str]] = None
     start: Optional[Sequence[int]] = None
     length: Optional[Sequence[int]] = None
+    out: Optional[Any] = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,8 @@ class RestoreResult(Dict[str, Restored]):
         self.step = int(step)
         self.trainer_state = trainer_state
         self.note = note
+        # The daemon wrote the arrays itself (same host, where the kernel lets it).
+        self.into_trainer_memory = False
         self.dtypes = dtypes if dtypes is not None else {
             name: str((a[0] if isinstance(a, list) else a).dtype) for name, a in arrays.items()}
 
@@ -534,6 +543,7 @@ class Client:
                                            trainer_id=trainer_id, trainer_state=trainer_state,
                                            fallback=fallback)
         layouts = []
+        outs: List[Optional[List[Any]]] = []
         for name, value in tensors.items():
             if value is None:
                 spec = RestoreSpec()
@@ -554,14 +564,15 @@ class Client:
             if layout is not None:
                 t.layout.sharding_specs.extend(layout)
             layouts.append(layout is not None)
+            outs.append(_out_arrays(name, spec.out, layout is not None))
         if self._use_shm():
             try:
-                return self._restore_shm(request, layouts, timeout)
+                return self._restore_shm(request, layouts, outs, timeout)
             except Error as e:
                 if not (self._transport == "auto" and _shm_unusable(e)):
                     raise
                 self._shm_works = False
-        return self._restore_stream(request, layouts, timeout)
+        return _into_outs(self._restore_stream(request, layouts, timeout), outs)
 
     def _resolve_step(self, run: str, step: Optional[int], fallback: bool, timeout: float) -> Optional[int]:
         """The step a restore of every tensor reads: `step`, or the newest committed
@@ -585,24 +596,39 @@ class Client:
         except grpc.RpcError as e:
             _raise(e)
 
-    def _restore_shm(self, request: Any, layouts: List[bool], timeout: float) -> RestoreResult:
+    def _restore_shm(self, request: Any, layouts: List[bool], outs: List[Optional[List[Any]]],
+                     timeout: float) -> RestoreResult:
         described = ckptd_pb2.RestoreRequest()
         described.CopyFrom(request)
         described.describe_only = True
         # Read to the end: the call must finish, not be cancelled by a dropped stream.
         header = list(self._call_restore(described, timeout))[0].header
-        # A fresh segment: the arrays returned are views of it.
+        # The arrays the daemon may write itself: the caller's, or new ones (untouched
+        # until then, so unused ones cost nothing).
+        arrays: Dict[str, Restored] = {}
+        for i, d in enumerate(header.tensors):
+            own = outs[i] if outs[i] is not None else _empty_arrays(d, layouts[i])
+            _check_outs(d, layouts[i], own)
+            for a in own:
+                request.tensors[i].process_memory.add(address=a.ctypes.data, size=a.nbytes)
+            arrays[d.name] = own if layouts[i] and len(own) > 1 else own[0]
+        # The segment the reply lands in where the daemon may not write those: the
+        # arrays returned are then views of it (or copied into `out`).
         seg = _Segment(header.shared_memory_bytes)
         try:
             request.shared_memory.fd = seg.fd
             request.shared_memory.size = seg.size
             header = list(self._call_restore(request, timeout))[0].header
-            arrays: Dict[str, Restored] = {}
-            for i, d in enumerate(header.tensors):
-                arrays[d.name] = _views(d, layouts[i], seg.map, header.shared_memory_offsets[i])
+            if not header.process_memory:
+                for i, d in enumerate(header.tensors):
+                    arrays[d.name] = _views(d, layouts[i], seg.map, header.shared_memory_offsets[i])
         finally:
             os.close(seg.fd)  # the mapping (and the arrays on it) outlive the fd
-        return RestoreResult(arrays, header.step, dict(header.trainer_state), header.note, _dtype_names(header))
+        result = RestoreResult(arrays, header.step, dict(header.trainer_state), header.note, _dtype_names(header))
+        if header.process_memory:
+            result.into_trainer_memory = True
+            return result
+        return _into_outs(result, outs)
 
     def _restore_stream(self, request: Any, layouts: List[bool], timeout: float) -> RestoreResult:
         # Each chunk is copied into place as it arrives and then dropped: the bytes
@@ -716,6 +742,55 @@ def _box_lengths(box: Any, shape: Sequence[int]) -> List[int]:
 
 def _box_elements(box: Any, shape: Sequence[int]) -> int:
     return int(np.prod(_box_lengths(box, shape), dtype=np.int64))
+
+
+def _out_arrays(name: str, out: Any, layout: bool) -> Optional[List[Any]]:
+    """RestoreSpec.out as a list of arrays (one per box), checked for what the daemon
+    can write into; None when there is none."""
+    if out is None:
+        return None
+    arrays = list(out) if isinstance(out, (list, tuple)) else [out]
+    if len(arrays) > 1 and not layout:
+        raise ValueError(f"RestoreSpec of '{name}': out is a list of {len(arrays)} arrays, but only a layout "
+                         "restores several boxes")
+    for a in arrays:
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or not a.flags.writeable:
+            raise ValueError(f"RestoreSpec of '{name}': out must be C-contiguous, writable ndarrays")
+    return arrays
+
+
+def _box_bytes(d: Any, layout: bool) -> List[int]:
+    """The bytes of each box of descriptor d."""
+    boxes = list(d.device_boxes) if layout else [d.box]
+    return [_box_elements(b, d.shape) * _itemsize(d.dtype) for b in boxes]
+
+
+def _empty_arrays(d: Any, layout: bool) -> List[Any]:
+    dtype = np.dtype(np.uint16) if d.dtype == _TF_BFLOAT16 else _NP_DTYPE[d.dtype]
+    boxes = list(d.device_boxes) if layout else [d.box]
+    return [np.empty(_box_lengths(b, d.shape), dtype) for b in boxes]
+
+
+def _check_outs(d: Any, layout: bool, arrays: List[Any]) -> None:
+    sizes = _box_bytes(d, layout)
+    if [a.nbytes for a in arrays] != sizes:
+        raise ValueError(f"RestoreSpec of '{d.name}': out holds {[a.nbytes for a in arrays]} bytes, but the "
+                         f"restored boxes are {sizes}")
+
+
+def _into_outs(result: RestoreResult, outs: List[Optional[List[Any]]]) -> RestoreResult:
+    """Copies each restored tensor into its RestoreSpec.out, which the result then holds."""
+    for (name, restored), out in zip(list(result.items()), outs):
+        if out is None:
+            continue
+        got = restored if isinstance(restored, list) else [restored]
+        if [a.nbytes for a in got] != [a.nbytes for a in out]:
+            raise ValueError(f"RestoreSpec of '{name}': out holds {[a.nbytes for a in out]} bytes, but the "
+                             f"restored boxes are {[a.nbytes for a in got]}")
+        for dst, src in zip(out, got):
+            dst.reshape(-1).view(np.uint8)[:] = src.reshape(-1).view(np.uint8)
+        result[name] = out if isinstance(restored, list) else out[0]
+    return result
 
 
 def _views(d: Any, layout: bool, buffer: Any, offset: int) -> Restored:

@@ -60,6 +60,32 @@ def test_every_dtype_round_trips_bit_exact(job, transport):
             assert out[name].tobytes() == a.tobytes(), name
 
 
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_restores_into_the_arrays_the_trainer_holds(job, transport):
+    tensors = model(4)
+    save_from_two_trainers(job, "into", 4, tensors, "shm")
+    held = {name: np.full(a.shape, 0, a.dtype) for name, a in tensors.items()}  # touched, as a model is
+    rows = [np.zeros((32, 33), np.float32), np.zeros((32, 33), np.float32)]
+    with job.client(1, transport=transport) as c:
+        out = c.restore("into", 4, {name: ckptd.RestoreSpec(out=a) for name, a in held.items()})
+        # On this host (as root) the daemon writes the arrays itself; a stream is copied in.
+        assert out.into_trainer_memory == (transport == "shm")
+        for name, a in tensors.items():
+            assert out[name] is held[name], name
+            assert held[name].tobytes() == a.tobytes(), name
+        # A layout's boxes, one array per device.
+        halves = c.restore("into", 4, {"w": ckptd.RestoreSpec(layout=["x", "unsharded"], out=rows)},
+                           mesh="|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:CPU:0,"
+                                "/job:localhost/replica:0/task:0/device:CPU:1", device_ids=[0, 1])
+        assert halves["w"][0] is rows[0] and halves["w"][1] is rows[1]
+        assert np.array_equal(np.concatenate(rows), tensors["w"])
+        # Arrays the daemon could not fill are refused before anything is read.
+        with pytest.raises(ValueError, match="out holds"):
+            c.restore("into", 4, {"w": ckptd.RestoreSpec(out=np.zeros((64, 32), np.float32))})
+        with pytest.raises(ValueError, match="C-contiguous"):
+            c.restore("into", 4, {"w": ckptd.RestoreSpec(out=np.zeros((33, 64), np.float32).T)})
+
+
 def test_auto_uses_shared_memory_and_both_paths_write_identical_files(job):
     tensors = model(1)
     assert save_from_two_trainers(job, "viashm", 1, tensors, "auto")[0].shared_memory

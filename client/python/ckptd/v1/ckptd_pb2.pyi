@@ -123,6 +123,14 @@ class ListTensorsResponse(_message.Message):
     tensors: _containers.RepeatedCompositeFieldContainer[TensorDescriptor]
     def __init__(self, step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorDescriptor, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class MemoryRange(_message.Message):
+    __slots__ = ["address", "size"]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    address: int
+    size: int
+    def __init__(self, address: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
 class ReadStepFileRequest(_message.Message):
     __slots__ = ["file", "length", "offset", "run", "step"]
     FILE_FIELD_NUMBER: _ClassVar[int]
@@ -156,7 +164,7 @@ class RestoreChunk(_message.Message):
     def __init__(self, tensor_index: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RestoreHeader(_message.Message):
-    __slots__ = ["bytes_delivered", "note", "peer_bytes_received", "shared_memory_bytes", "shared_memory_offsets", "step", "storage_bytes_read", "tensors", "trainer_state"]
+    __slots__ = ["bytes_delivered", "note", "peer_bytes_received", "process_memory", "shared_memory_bytes", "shared_memory_offsets", "step", "storage_bytes_read", "tensors", "trainer_state"]
     class TrainerStateEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +175,7 @@ class RestoreHeader(_message.Message):
     BYTES_DELIVERED_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     PEER_BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_MEMORY_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -176,13 +185,14 @@ class RestoreHeader(_message.Message):
     bytes_delivered: int
     note: str
     peer_bytes_received: int
+    process_memory: bool
     shared_memory_bytes: int
     shared_memory_offsets: _containers.RepeatedScalarFieldContainer[int]
     step: int
     storage_bytes_read: int
     tensors: _containers.RepeatedCompositeFieldContainer[TensorDescriptor]
     trainer_state: _containers.ScalarMap[str, bytes]
-    def __init__(self, step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorDescriptor, _Mapping]]] = ..., trainer_state: _Optional[_Mapping[str, bytes]] = ..., note: _Optional[str] = ..., shared_memory_offsets: _Optional[_Iterable[int]] = ..., shared_memory_bytes: _Optional[int] = ..., storage_bytes_read: _Optional[int] = ..., peer_bytes_received: _Optional[int] = ..., bytes_delivered: _Optional[int] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorDescriptor, _Mapping]]] = ..., trainer_state: _Optional[_Mapping[str, bytes]] = ..., note: _Optional[str] = ..., shared_memory_offsets: _Optional[_Iterable[int]] = ..., shared_memory_bytes: _Optional[int] = ..., storage_bytes_read: _Optional[int] = ..., peer_bytes_received: _Optional[int] = ..., bytes_delivered: _Optional[int] = ..., process_memory: bool = ...) -> None: ...
 
 class RestoreReady(_message.Message):
     __slots__ = ["tensor_indices"]
@@ -404,13 +414,14 @@ class TensorDescriptor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_boxes: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ...) -> None: ...
 
 class TensorRequest(_message.Message):
-    __slots__ = ["box", "device_memory", "dtype", "host_memory", "layout", "name", "shape"]
+    __slots__ = ["box", "device_memory", "dtype", "host_memory", "layout", "name", "process_memory", "shape"]
     BOX_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     HOST_MEMORY_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_MEMORY_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     box: Box
     device_memory: DeviceMemory
@@ -418,8 +429,9 @@ class TensorRequest(_message.Message):
     host_memory: SharedMemory
     layout: Layout
     name: str
+    process_memory: _containers.RepeatedCompositeFieldContainer[MemoryRange]
     shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ..., host_memory: _Optional[_Union[SharedMemory, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., layout: _Optional[_Union[Layout, _Mapping]] = ..., device_memory: _Optional[_Union[DeviceMemory, _Mapping]] = ..., host_memory: _Optional[_Union[SharedMemory, _Mapping]] = ..., process_memory: _Optional[_Iterable[_Union[MemoryRange, _Mapping]]] = ...) -> None: ...
 
 class WaitRequest(_message.Message):
     __slots__ = ["allow_unknown_run", "run", "step"]

@@ -18,7 +18,12 @@
 #              restore, a data-parallel restore (every trainer restores everything),
 #              and the gRPC-stream save beside the shared-memory one; each restore
 #              reads a step of its own, and the bytes the daemons read from storage for
-#              it are reported beside the bytes delivered (read amplification)
+#              it are reported beside the bytes delivered (read amplification). The
+#              report leads with a process's first restore (into memory the trainer
+#              holds: C++ client, Python client in new processes, HostBuffers) against
+#              the restore's read ceiling, an O_DIRECT read of the same bytes into
+#              distinct fresh memory (ckptd-bench raw), and a warm process's restore
+#              against the same read into pre-faulted memory
 #   memory     the same save and restores with memory_steps 5: restores from daemon memory
 #   grpc       one trainer's Save and Restore over the gRPC stream (restores from daemon
 #              memory) against plain gRPC moving the same bytes (at most 1 GiB) over a
@@ -87,13 +92,13 @@ if [ "$HOSTS" != 0 ]; then
 fi
 REPORT=(/usr/bin/python3 scripts/bench_report.py)
 BYTES=$("${REPORT[@]}" gib "$SIZE_GIB")
-# At most one root of 5 steps is on disk at a time, beside one baseline file: refuse
+# At most one root of 6 steps is on disk at a time, beside one baseline file: refuse
 # up front (before any build) rather than fail with ENOSPC minutes into the run.
-NEED_KIB=$(( BYTES / 1024 * 6 + (1 << 20) ))
+NEED_KIB=$(( BYTES / 1024 * 7 + (1 << 20) ))
 FREE_KIB=$(df -Pk "$DIR" | awk 'NR == 2 {print $4}')
 if [ "$FREE_KIB" -lt "$NEED_KIB" ]; then
   echo "bench.sh: $DIR has $((FREE_KIB >> 20)) GiB free; --size $SIZE_GIB needs about" \
-    "$(( (NEED_KIB + (1 << 20) - 1) >> 20 )) GiB (5 checkpoints of the size and a baseline file): free" \
+    "$(( (NEED_KIB + (1 << 20) - 1) >> 20 )) GiB (6 checkpoints of the size and a baseline file): free" \
     "some space or pass --dir" >&2
   exit 2
 fi
@@ -182,6 +187,13 @@ for RUN in $(seq "$REPEAT"); do
     BESIDE=$(/usr/bin/python3 scripts/bench_ceiling.py "$WORK" "$BYTES" --write-only "$WRITE_CONFIG")
   RUN_JSON=$("${MPIRUN[@]}" -np 4 "$BIN/ckptd-bench" save --socket "$SOCK" --bytes "$BYTES" --daemons 2) || {
     cat "$WORK/daemons.log" >&2; exit 1; }
+  # The Python client's first and second restore, each trainer in a new process, into
+  # numpy arrays it holds (where mpi4py and numpy are installed).
+  if /usr/bin/python3 -c 'import mpi4py, numpy' 2> /dev/null; then
+    PY_JSON=$("${MPIRUN[@]}" -np 4 -x PYTHONPATH="$BIN/python" /usr/bin/python3 scripts/bench_python_restore.py \
+      --socket "$SOCK" --bytes "$BYTES" --daemons 2) || { cat "$WORK/daemons.log" >&2; exit 1; }
+    RUN_JSON=$("${REPORT[@]}" merge "$RUN_JSON" "$PY_JSON")
+  fi
   RUNS+=("$("${REPORT[@]}" beside "$RUN_JSON" "$BESIDE")")
 done
 # Each figure is the median of the runs; the runs themselves go into the JSON.
@@ -319,7 +331,7 @@ if [ "$HOSTS" != 0 ]; then
     fi
     case "$MODE" in local | replicas | parity) MULTI="$MULTI\"stored_$MODE\": $(stored_bytes "$MODE")," ;; esac
     if [ "$MODE" = replicas ] || [ "$MODE" = parity ]; then
-      for STEP in 1 2 3 4 5; do
+      for STEP in 1 2 3 4 5 6; do
         for NAME in data parity; do
           rm -f "$H/host1/root-$MODE/bench/step-0000000$STEP/$(printf 'ckpt.%s-%05d-of-%05d' "$NAME" 1 "$HOSTS")"
         done

@@ -11,8 +11,9 @@
 //            over the gRPC stream. --net-interface IF adds the bytes each host sent and
 //            received on IF during each measured save and restore (the most of any host).
 //            --restore-only skips the saves and restores the step an earlier run saved.
-//            Without the data-parallel restore, the same-cut restore also runs into
-//            targets in the client's HostBuffers (the daemon writes them itself).
+//            The same-cut restore also runs into targets in the client's HostBuffers
+//            (the daemon writes them itself), on a step of its own (6 steps are saved
+//            with the data-parallel restore, 5 without).
 //   metadata --socket T --counts 1000,...  one trainer saves, commits and restores N
 //            tensors of 1 KiB each.
 //   grpc     --socket T --dir D --bytes B   one trainer: B bytes each way through a plain
@@ -358,7 +359,8 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
     auto [stall, durable] = save(2, ckptd::Transport::kAuto);
     save(3, ckptd::Transport::kStream);  // the stream path's first use, like step 1
     auto [grpc_stall, grpc_durable] = save(4, ckptd::Transport::kStream);
-    save(5, ckptd::Transport::kAuto);  // each restore below reads a step of its own
+    save(5, ckptd::Transport::kAuto);                     // each restore below reads a step of its own
+    if (data_parallel) save(6, ckptd::Transport::kAuto);  // the data-parallel restore takes 5
     out = {{"stall_s", stall},
            {"cold_stall_s", cold_stall},
            {"save_s", durable},
@@ -396,16 +398,18 @@ json Save(const std::string& socket_template, int64_t bytes, int daemons, const 
   // Data-parallel: every trainer restores the whole model.
   const double dp_s = data_parallel ? restore(5, 0, m.rows, "dp_restore") : 0;
   for (char* p : targets) std::free(p);
-  // Without it, step 5 is free for the same-cut restore into HostBuffers, run twice
-  // like the others (the first also pays the daemon's first mapping of the buffer).
+  // The same-cut restore into HostBuffers (step 6, or 5 without the data-parallel
+  // restore), run twice like the others (the first also pays the daemon's first
+  // mapping of the buffer).
   double host_s = 0, cold_host_s = 0;
-  if (!data_parallel) {
+  {
+    const int64_t host_step = data_parallel ? 6 : 5;
     auto buffer = ckptd::HostBuffer::Allocate(static_cast<size_t>(m.slab_bytes * kTensors));
     if (!buffer.ok()) Fail(std::string(buffer.status().message()));
     host_buffer = *std::move(buffer);
     std::memset(host_buffer->data(), 0, host_buffer->size());  // memory a trainer already uses
-    cold_host_s = restore(5, slab_rows * rank, slab_rows, "cold_host_buffer_restore", true);
-    host_s = restore(5, slab_rows * rank, slab_rows, "host_buffer_restore", true);
+    cold_host_s = restore(host_step, slab_rows * rank, slab_rows, "cold_host_buffer_restore", true);
+    host_s = restore(host_step, slab_rows * rank, slab_rows, "host_buffer_restore", true);
   }
   const double gb = static_cast<double>(total) / 1e9;
   out.update({{"bytes", total},

@@ -16,25 +16,15 @@ arrays itself) and python_page_cache_dropped.
 
 import argparse
 import json
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 import ckptd
+from bench_ceiling import drop_page_cache
 
 TENSORS, COLS = 8, 1024  # as ckptd-bench's model
-
-
-def drop_page_cache() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def main() -> None:

@@ -217,9 +217,15 @@ absl::StatusOr<std::unique_ptr<TrainerMemory>> Restorer::OpenTrainerMemory(const
     if (ranges[i].empty() && plan.items[i].bytes > 0) all_named = false;
   }
   // Written while it is read, or not at all: a reply held back for fallback or
-  // device memory, or one with tensors bound elsewhere, takes the segment.
+  // device memory, or one with tensors bound elsewhere, takes the segment. So does one
+  // with a tensor larger than kMaxTrainerMemoryItem: each is read whole into staging
+  // before it is written out, and a restore holds two groups of them at once (with
+  // four trainers restoring 256 MiB tensors each, the daemons' staging outgrew a
+  // 24 GiB machine).
+  const bool small_items =
+      absl::c_all_of(plan.items, [](const RestoreItem& item) { return item.bytes <= kMaxTrainerMemoryItem; });
   if (!options_.process_memory || !call.shared_memory.has_value() || !send_header_first || !all_named ||
-      !probe.has_value() ||
+      !probe.has_value() || !small_items ||
       absl::c_any_of(call.wants.host_memory, [](const auto& h) { return h.has_value(); })) {
     return nullptr;
   }

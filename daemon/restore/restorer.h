@@ -72,6 +72,10 @@ struct RestorerOptions {
   bool process_memory = true;
 };
 
+// The largest tensor (box bytes) a restore writes into a trainer's own memory; a
+// restore with a larger one uses the trainer's segment.
+inline constexpr int64_t kMaxTrainerMemoryItem = int64_t{64} << 20;
+
 // A restore's replies with every chunk written into the trainer's memory instead of
 // sent: tensor i's chunks go to (*ranges)[i], laid end to end. Headers, trailers and
 // RestoreReady messages go on to `replies`. Borrows everything; one thread at a time.
@@ -130,10 +134,10 @@ class Restorer {
                            RestoreOutputs& out, RestoreSink* sink);
   // The trainer's memory when this restore goes straight into it: it named its own
   // memory for every tensor, sent a segment (so it runs on this host), the reply is
-  // sent while it is read (`send_header_first`), no tensor is bound for host_memory,
-  // and the kernel lets this daemon write there. Null otherwise (the reply then uses
-  // the segment); INVALID_ARGUMENT when a tensor's ranges do not add up to its bytes
-  // or are not mapped in the trainer.
+  // sent while it is read (`send_header_first`), no tensor is bound for host_memory or
+  // larger than kMaxTrainerMemoryItem, and the kernel lets this daemon write there. Null otherwise (the reply
+  // then uses the segment); INVALID_ARGUMENT when a tensor's ranges do not add up to its bytes or are not
+  // mapped in the trainer.
   absl::StatusOr<std::unique_ptr<TrainerMemory>> OpenTrainerMemory(const RestoreCall& call,
                                                                    const RestoreCaller& caller,
                                                                    const RestorePlan& plan,

@@ -607,7 +607,8 @@ class Client:
         # until then, so unused ones cost nothing).
         arrays: Dict[str, Restored] = {}
         for i, d in enumerate(header.tensors):
-            own = outs[i] if outs[i] is not None else _empty_arrays(d, layouts[i])
+            given = outs[i]
+            own: List[Any] = given if given is not None else _empty_arrays(d, layouts[i])
             _check_outs(d, layouts[i], own)
             for a in own:
                 request.tensors[i].process_memory.add(address=a.ctypes.data, size=a.nbytes)

@@ -31,6 +31,10 @@ class Collective {
   // Every rank's bytes on `root`; an empty vector elsewhere.
   virtual absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root,
                                                           absl::Time deadline) = 0;
+  // parts[r] as `root` passed it, on rank r (`parts` is read on `root` only, where it
+  // holds size() strings): how rank 0 hands each rank its share of a plan it alone made.
+  virtual absl::StatusOr<std::string> Scatter(const std::vector<std::string>& parts, int root,
+                                              absl::Time deadline) = 0;
   // `value` as `root` passed it, on every rank.
   virtual absl::StatusOr<std::string> Broadcast(const std::string& value, int root, absl::Time deadline) = 0;
   // The minimum of `value` over all ranks.

@@ -43,6 +43,102 @@ Box BoxOf(const google::protobuf::RepeatedField<int64_t>& start,
   return Box{{start.begin(), start.end()}, {length.begin(), length.end()}};
 }
 
+// Rank 0's plan from every rank's ShardList (its descriptors, indexed by rank).
+absl::StatusOr<SavePlan> PlanFromShardLists(const std::vector<std::string>& all) {
+  std::vector<internal::ShardList> lists(all.size());
+  size_t total_shards = 0;
+  for (size_t host = 0; host < all.size(); ++host) {
+    lists[host].ParseFromString(all[host]);
+    total_shards += static_cast<size_t>(lists[host].shards_size());
+  }
+  std::vector<ShardRef> shards;
+  shards.reserve(total_shards);
+  std::vector<TrainerDevices> trainers;
+  absl::Status failed_somewhere = absl::OkStatus();
+  for (int host = 0; host < static_cast<int>(all.size()); ++host) {
+    internal::ShardList& list = lists[host];
+    if (!list.failure().empty() && failed_somewhere.ok()) {
+      failed_somewhere = absl::DeadlineExceededError(list.failure());
+    }
+    // Names and specs are moved out of the parsed lists, which are dropped after this.
+    for (internal::Shard& s : *list.mutable_shards()) {
+      shards.push_back({.name = std::move(*s.mutable_name()),
+                        .dtype = s.dtype(),
+                        .shape = Shape(s.shape().begin(), s.shape().end()),
+                        .box = BoxOf(s.start(), s.length()),
+                        .host = host,
+                        .trainer = s.trainer(),
+                        .bytes = s.bytes(),
+                        .has_layout = s.has_layout(),
+                        .sharding_specs = {std::make_move_iterator(s.mutable_sharding_specs()->begin()),
+                                           std::make_move_iterator(s.mutable_sharding_specs()->end())}});
+    }
+    for (const internal::TrainerDevices& t : list.trainers()) {
+      trainers.push_back({.trainer = t.trainer(),
+                          .host = host,
+                          .mesh = t.mesh(),
+                          .device_ids = {t.device_ids().begin(), t.device_ids().end()}});
+    }
+  }
+  // A rank that already failed the step (its deadline passed, its staged bytes are
+  // gone) decides the outcome: whatever the rest would plan, the step fails the same
+  // way everywhere.
+  if (!failed_somewhere.ok()) return failed_somewhere;
+  ASSIGN_OR_RETURN(std::string mesh, CheckMeshCoverage(trainers));
+  ASSIGN_OR_RETURN(SavePlan plan, MakeSavePlan(shards, static_cast<int>(all.size())));
+  plan.mesh = std::move(mesh);
+  return plan;
+}
+
+// Each rank's share of `plan` (serialized LocalPlans, indexed by rank): the boxes it
+// writes, or the plan's failure for every rank.
+std::vector<std::string> LocalPlans(const absl::StatusOr<SavePlan>& plan, int ranks) {
+  std::vector<internal::LocalPlan> parts(static_cast<size_t>(ranks));
+  if (!plan.ok()) {
+    for (internal::LocalPlan& part : parts) {
+      part.set_failure_code(static_cast<int>(plan.status().code()));
+      part.set_failure(std::string(plan.status().message()));
+    }
+  } else {
+    for (const PlannedTensor& t : plan->tensors) {
+      for (const PlannedBox& b : t.boxes) {
+        internal::Shard* s = parts[static_cast<size_t>(b.writer)].add_boxes();
+        s->set_name(t.name);
+        s->set_dtype(t.dtype);
+        s->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+        s->mutable_start()->Add(b.box.start.begin(), b.box.start.end());
+        s->mutable_length()->Add(b.box.length.begin(), b.box.length.end());
+        s->set_bytes(b.bytes);
+      }
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(parts.size());
+  for (const internal::LocalPlan& part : parts) out.push_back(part.SerializeAsString());
+  return out;
+}
+
+// The plan as rank `rank` writes it: its own boxes, grouped by tensor in plan order.
+absl::StatusOr<SavePlan> FromLocalPlan(internal::LocalPlan& part, int rank) {
+  if (part.failure_code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(part.failure_code()), part.failure());
+  }
+  SavePlan plan;
+  for (internal::Shard& s : *part.mutable_boxes()) {
+    if (plan.tensors.empty() || plan.tensors.back().name != s.name()) {
+      plan.tensors.push_back({.name = std::move(*s.mutable_name()),
+                              .dtype = s.dtype(),
+                              .shape = Shape(s.shape().begin(), s.shape().end()),
+                              .boxes = {},
+                              .has_layout = false,
+                              .sharding_specs = {}});
+    }
+    plan.tensors.back().boxes.push_back(
+        {.box = BoxOf(s.start(), s.length()), .writer = rank, .bytes = s.bytes()});
+  }
+  return plan;
+}
+
 }  // namespace
 
 absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
@@ -55,8 +151,8 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
   absl::StatusOr<SavePlan> plan;
   const absl::Time plan_started = absl::Now();
   RETURN_IF_ERROR(PlanPhase(attempt, &plan));
-  // The plan (every shard's descriptor gathered, the same plan made on every rank) is
-  // what grows with tensors x ranks: shown beside the other phases, not only in a profile.
+  // The plan (every shard's descriptor gathered on rank 0, which plans alone) is what
+  // grows with tensors x ranks there: shown beside the other phases, not only in a profile.
   for (CommitObserver* observer : observers_) observer->OnPhase("plan", absl::Now() - plan_started);
   if (!plan.ok()) {
     LogEvent(spdlog::level::err, {.run = key.run, .step = key.step}, "run '{}' step {}: not committed: {}",
@@ -105,7 +201,10 @@ absl::Status Coordinator::CommitStep(const StepKey& key, int trainer_count) {
 }
 
 absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan_out) {
-  // Every rank learns every shard, then computes the same plan.
+  // Rank 0 learns every shard, makes the plan and hands each rank the boxes it writes:
+  // a rank's share of the work and of the bytes sent stays its own tensors', however
+  // many ranks there are (every rank making the whole plan cost each of them
+  // ranks x tensors).
   internal::ShardList local;
   local.mutable_shards()->Reserve(static_cast<int>(StagedTensorCount(attempt.payloads)));
   for (const TrainerPayload& p : attempt.payloads) {
@@ -130,49 +229,19 @@ absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* 
     local.set_failure(std::string(s.message()));
   }
   ASSIGN_OR_RETURN(std::vector<std::string> all,
-                   collective_->AllGather(local.SerializeAsString(), attempt.deadline));
-  std::vector<internal::ShardList> lists(all.size());
-  size_t total_shards = 0;
-  for (size_t host = 0; host < all.size(); ++host) {
-    lists[host].ParseFromString(all[host]);
-    total_shards += static_cast<size_t>(lists[host].shards_size());
+                   collective_->Gather(local.SerializeAsString(), 0, attempt.deadline));
+  std::vector<std::string> parts;
+  if (collective_->rank() == 0) {
+    absl::StatusOr<SavePlan> plan = PlanFromShardLists(all);
+    all.clear();
+    parts = LocalPlans(plan, collective_->size());
+    *plan_out = std::move(plan);
   }
-  std::vector<ShardRef> shards;
-  shards.reserve(total_shards);
-  std::vector<TrainerDevices> trainers;
-  absl::Status failed_somewhere = absl::OkStatus();
-  for (int host = 0; host < static_cast<int>(all.size()); ++host) {
-    internal::ShardList& list = lists[host];
-    if (!list.failure().empty() && failed_somewhere.ok()) {
-      failed_somewhere = absl::DeadlineExceededError(list.failure());
-    }
-    // Names and specs are moved out of the parsed lists, which are dropped after this.
-    for (internal::Shard& s : *list.mutable_shards()) {
-      shards.push_back({.name = std::move(*s.mutable_name()),
-                        .dtype = s.dtype(),
-                        .shape = Shape(s.shape().begin(), s.shape().end()),
-                        .box = BoxOf(s.start(), s.length()),
-                        .host = host,
-                        .trainer = s.trainer(),
-                        .bytes = s.bytes(),
-                        .has_layout = s.has_layout(),
-                        .sharding_specs = {std::make_move_iterator(s.mutable_sharding_specs()->begin()),
-                                           std::make_move_iterator(s.mutable_sharding_specs()->end())}});
-    }
-    for (const internal::TrainerDevices& t : list.trainers()) {
-      trainers.push_back({.trainer = t.trainer(),
-                          .host = host,
-                          .mesh = t.mesh(),
-                          .device_ids = {t.device_ids().begin(), t.device_ids().end()}});
-    }
-  }
-  // A rank that already failed the step (its deadline passed, its staged bytes are
-  // gone) decides the outcome: whatever the rest would plan, the step fails the same
-  // way everywhere.
-  absl::StatusOr<std::string> mesh = failed_somewhere.ok() ? CheckMeshCoverage(trainers) : failed_somewhere;
-  absl::StatusOr<SavePlan> plan = mesh.ok() ? MakeSavePlan(shards, collective_->size()) : mesh.status();
-  if (plan.ok()) plan->mesh = *mesh;
-  *plan_out = std::move(plan);
+  ASSIGN_OR_RETURN(std::string part, collective_->Scatter(parts, 0, attempt.deadline));
+  if (collective_->rank() == 0) return absl::OkStatus();
+  internal::LocalPlan mine;
+  if (!mine.ParseFromString(part)) return absl::InternalError("rank 0 sent an unparsable plan");
+  *plan_out = FromLocalPlan(mine, collective_->rank());
   return absl::OkStatus();
 }
 

@@ -198,6 +198,7 @@ class Coordinator {
   };
   // Phases: a non-OK return means a collective failed (the job must be aborted);
   // *mine is this rank's own outcome, which the vote that follows combines.
+  // The plan: on rank 0 the whole of it, elsewhere the boxes this rank writes.
   absl::Status PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* plan);
   absl::Status PreparePhase(Attempt& attempt, absl::Status* mine);
   absl::Status WritePhase(Attempt& attempt, absl::Status* mine);

@@ -76,6 +76,27 @@ class MpiCollective : public Collective {
     return Split(all, sizes, displs);
   }
 
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& parts, int root,
+                                      absl::Time deadline) override {
+    std::vector<int> sizes(size_), displs(size_);
+    std::string all;
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) sizes[r] = static_cast<int>(parts[r].size());
+      all = Layout(sizes, &displs);
+      for (int r = 0; r < size_; ++r) std::copy(parts[r].begin(), parts[r].end(), all.begin() + displs[r]);
+    }
+    int my_size = 0;
+    RETURN_IF_ERROR(Run(deadline, "scatter", [&](MPI_Request* req) {
+      return MPI_Iscatter(sizes.data(), 1, MPI_INT, &my_size, 1, MPI_INT, root, MPI_COMM_WORLD, req);
+    }));
+    std::string mine(static_cast<size_t>(my_size), '\0');
+    RETURN_IF_ERROR(Run(deadline, "scatterv", [&](MPI_Request* req) {
+      return MPI_Iscatterv(all.data(), sizes.data(), displs.data(), MPI_BYTE, mine.data(), my_size, MPI_BYTE,
+                           root, MPI_COMM_WORLD, req);
+    }));
+    return mine;
+  }
+
   absl::StatusOr<std::string> Broadcast(const std::string& value, int root, absl::Time deadline) override {
     int n = static_cast<int>(value.size());
     RETURN_IF_ERROR(Run(deadline, "broadcast", [&](MPI_Request* req) {

@@ -1,7 +1,7 @@
 // The save plan: from every shard that every trainer of the job staged for one step
 // (gathered from all hosts), check that each tensor is consistent and tiled exactly,
 // drop replicas, and pick one writer host per distinct box, balancing bytes.
-// Pure and deterministic: every rank computes the same plan from the same input.
+// Pure and deterministic. Rank 0 makes it and hands each rank the boxes it writes.
 #ifndef CKPTD_DAEMON_PLAN_SAVE_PLAN_H_
 #define CKPTD_DAEMON_PLAN_SAVE_PLAN_H_
 

@@ -17,30 +17,48 @@ class ThreadCollective : public Collective {
   void SetExpiryHandler(ExpiryHandler handler) override { on_expiry_ = std::move(handler); }
 
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine, absl::Time deadline) override {
-    return group_->Exchange(rank_, mine, deadline, on_expiry_);
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all, group_->Exchange(rank_, mine, deadline, on_expiry_));
+    return *all;
   }
   absl::StatusOr<std::vector<std::string>> Gather(const std::string& mine, int root,
                                                   absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all, group_->Exchange(rank_, mine, deadline, on_expiry_));
-    if (rank_ != root) all.clear();
-    return all;
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all, group_->Exchange(rank_, mine, deadline, on_expiry_));
+    if (rank_ != root) return std::vector<std::string>();
+    return *all;
+  }
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& parts, int root,
+                                      absl::Time deadline) override {
+    // The root's contribution is every part, each behind its length.
+    std::string packed;
+    if (rank_ == root) {
+      for (const std::string& part : parts) absl::StrAppend(&packed, part.size(), ":", part);
+    }
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all,
+                     group_->Exchange(rank_, std::move(packed), deadline, on_expiry_));
+    absl::string_view rest = (*all)[static_cast<size_t>(root)];
+    for (int r = 0;; ++r) {
+      const size_t colon = rest.find(':');
+      const size_t size = static_cast<size_t>(std::atoll(std::string(rest.substr(0, colon)).c_str()));
+      if (r == rank_) return std::string(rest.substr(colon + 1, size));
+      rest.remove_prefix(colon + 1 + size);
+    }
   }
   absl::StatusOr<std::string> Broadcast(const std::string& value, int root, absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all, group_->Exchange(rank_, value, deadline, on_expiry_));
-    return all[root];
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all, group_->Exchange(rank_, value, deadline, on_expiry_));
+    return (*all)[static_cast<size_t>(root)];
   }
   absl::StatusOr<int> AllReduceMin(int value, absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all,
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all,
                      group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
     int out = INT32_MAX;
-    for (const std::string& v : all) out = std::min(out, std::atoi(v.c_str()));
+    for (const std::string& v : *all) out = std::min(out, std::atoi(v.c_str()));
     return out;
   }
   absl::StatusOr<int64_t> AllReduceSum(int64_t value, absl::Time deadline) override {
-    ASSIGN_OR_RETURN(std::vector<std::string> all,
+    ASSIGN_OR_RETURN(ThreadGroup::Contributions all,
                      group_->Exchange(rank_, std::to_string(value), deadline, on_expiry_));
     int64_t out = 0;
-    for (const std::string& v : all) out += std::atoll(v.c_str());
+    for (const std::string& v : *all) out += std::atoll(v.c_str());
     return out;
   }
   absl::Status Barrier(absl::Time deadline) override {
@@ -60,15 +78,16 @@ std::vector<std::unique_ptr<Collective>> ThreadGroup::Members() {
   return members;
 }
 
-absl::StatusOr<std::vector<std::string>> ThreadGroup::Exchange(int rank, const std::string& mine,
-                                                               absl::Time deadline,
-                                                               const Collective::ExpiryHandler& on_expiry) {
+absl::StatusOr<ThreadGroup::Contributions> ThreadGroup::Exchange(int rank, std::string mine,
+                                                                 absl::Time deadline,
+                                                                 const Collective::ExpiryHandler& on_expiry) {
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t my_generation = generation_;
-  slots_[rank] = mine;
+  slots_[rank] = std::move(mine);
   present_[rank] = true;
   if (++arrived_ == size_) {
-    results_ = slots_;
+    results_ = std::make_shared<const std::vector<std::string>>(std::move(slots_));
+    slots_.assign(static_cast<size_t>(size_), std::string());
     arrived_ = 0;
     present_.assign(size_, false);
     ++generation_;

@@ -43,8 +43,9 @@ absl::StatusOr<std::unique_ptr<TrainerMemory>> TrainerMemory::Open(pid_t pid, ui
     case ENOSYS:
       return absl::UnimplementedError("process_memory: process_vm_writev is not available here");
     case EFAULT:
-      return absl::InvalidArgumentError(absl::StrCat("process_memory: address 0x", absl::Hex(probe_address),
-                                                     " is not mapped in the trainer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("process_memory: address 0x", absl::Hex(probe_address),
+                       " is not mapped in the trainer, or not readable and writable there"));
     case ESRCH:
       return Gone(pid);
     default:

@@ -1,9 +1,14 @@
 #include "daemon/staging/staging_area.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/io/direct_io_memory.h"
 #include "daemon/staging/device_stager.h"
 
 namespace ckptd {
@@ -15,10 +20,28 @@ constexpr int64_t kMaxPoolWithoutLimit = int64_t{8} << 30;
 
 int64_t RoundUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
+// Buffers of this size or more start on a huge-page boundary and ask for transparent
+// huge pages, where the kernel offers them on request: O_DIRECT reads into them (a
+// restore's, on its way to the trainer) and writes from them then use them in place in
+// whole requests, instead of copying through the file layer's huge-page slots (memory
+// in 4 KiB pages scattered across physical memory makes small disk requests).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+bool TransparentHugePagesOnRequest() {
+  static const bool on = [] {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(in, modes);
+    return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+  }();
+  return on;
+}
+
 }  // namespace
 
 void FreeDeleter::operator()(char* p) const {
   internal::ReleasePinnedBeforeFree(p);
+  direct_io_memory::Remove(p);  // a no-op for a buffer never registered
   std::free(p);
 }
 
@@ -105,11 +128,15 @@ absl::StatusOr<StagedBuffer> StagingArea::Allocate(int64_t size, absl::Time dead
   }
   if (buffer.owned_ == nullptr) {
     void* p = nullptr;
-    if (posix_memalign(&p, kAlignment, static_cast<size_t>(wanted)) != 0) {
+    const bool huge = static_cast<size_t>(wanted) >= kHugePage && TransparentHugePagesOnRequest();
+    if (posix_memalign(&p, huge ? kHugePage : kAlignment, static_cast<size_t>(wanted)) != 0) {
       buffer.size_ = 0;
       buffer.area_ = nullptr;
       Release(size, nullptr, 0);
       return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes of staging memory"));
+    }
+    if (huge && ::madvise(p, static_cast<size_t>(wanted), MADV_HUGEPAGE) == 0) {
+      direct_io_memory::Add(p, static_cast<size_t>(wanted));
     }
     buffer.owned_.reset(static_cast<char*>(p));
     buffer.capacity_ = wanted;

@@ -10,7 +10,10 @@
 //
 // StagingArea is thread-safe; a StagedBuffer belongs to one owner at a time
 // (handler, then registry, then writer). Buffers are 4 KiB-aligned so that O_DIRECT
-// writes can come straight from them.
+// writes can come straight from them; those of 2 MiB or more are 2 MiB-aligned in
+// transparent huge pages (where the kernel offers them on request) and registered
+// with DirectIoMemory, so that O_DIRECT reads into them and writes from them go in
+// place, in whole requests.
 #ifndef CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 #define CKPTD_DAEMON_STAGING_STAGING_AREA_H_
 

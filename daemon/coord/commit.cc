@@ -43,6 +43,16 @@ Box BoxOf(const google::protobuf::RepeatedField<int64_t>& start,
   return Box{{start.begin(), start.end()}, {length.begin(), length.end()}};
 }
 
+// A Shard's name, dtype, shape and box: what a staged tensor's descriptor and a
+// planned box's share.
+void SetShardBox(internal::Shard* s, const std::string& name, int dtype, const Shape& shape, const Box& box) {
+  s->set_name(name);
+  s->set_dtype(dtype);
+  s->mutable_shape()->Add(shape.begin(), shape.end());
+  s->mutable_start()->Add(box.start.begin(), box.start.end());
+  s->mutable_length()->Add(box.length.begin(), box.length.end());
+}
+
 // Rank 0's plan from every rank's ShardList (its descriptors, indexed by rank).
 absl::StatusOr<SavePlan> PlanFromShardLists(const std::vector<std::string>& all) {
   std::vector<internal::ShardList> lists(all.size());
@@ -103,11 +113,7 @@ std::vector<std::string> LocalPlans(const absl::StatusOr<SavePlan>& plan, int ra
     for (const PlannedTensor& t : plan->tensors) {
       for (const PlannedBox& b : t.boxes) {
         internal::Shard* s = parts[static_cast<size_t>(b.writer)].add_boxes();
-        s->set_name(t.name);
-        s->set_dtype(t.dtype);
-        s->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-        s->mutable_start()->Add(b.box.start.begin(), b.box.start.end());
-        s->mutable_length()->Add(b.box.length.begin(), b.box.length.end());
+        SetShardBox(s, t.name, t.dtype, t.shape, b.box);
         s->set_bytes(b.bytes);
       }
     }
@@ -210,11 +216,7 @@ absl::Status Coordinator::PlanPhase(Attempt& attempt, absl::StatusOr<SavePlan>* 
   for (const TrainerPayload& p : attempt.payloads) {
     for (const StagedTensor& t : p.tensors) {
       internal::Shard* s = local.add_shards();
-      s->set_name(t.name);
-      s->set_dtype(t.dtype);
-      s->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-      s->mutable_start()->Add(t.box.start.begin(), t.box.start.end());
-      s->mutable_length()->Add(t.box.length.begin(), t.box.length.end());
+      SetShardBox(s, t.name, t.dtype, t.shape, t.box);
       s->set_trainer(p.trainer_id);
       s->set_bytes(t.bytes.size());
       s->set_has_layout(t.has_layout);
